@@ -1,0 +1,11 @@
+"""unlearnkit: make an image classifier forget, then certify whether it really forgot."""
+__version__ = "0.1.0"
+
+from .checkpoints import load_checkpoint, save_checkpoint  # noqa: E402
+from .data.datasets import DATASETS, load_dataset  # noqa: E402
+from .data.splits import ForgetSpec, UnlearningSplit, make_split  # noqa: E402
+from .models.features import capture, extract  # noqa: E402
+from .models.zoo import MODELS, audit_layers, create_model  # noqa: E402
+
+__all__ = ["__version__", "load_checkpoint", "save_checkpoint", "DATASETS", "load_dataset", "ForgetSpec",
+           "UnlearningSplit", "make_split", "capture", "extract", "MODELS", "audit_layers", "create_model"]

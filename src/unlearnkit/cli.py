@@ -1,0 +1,186 @@
+"""The command line: a thin layer over the Python API (``unlearnkit --help``).
+
+Bad input ends in one line on stderr and exit code 2; Ctrl-C keeps finished checkpoints (the
+next run resumes from the cache) and exits 130.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .errors import UserError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Make an image classifier forget, then certify whether it really forgot.")
+
+
+def _err(msg: str) -> None:
+    typer.echo(f"error: {msg}", err=True)
+
+
+def handles_errors(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except UserError as e:
+            _err(str(e))
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            _err("interrupted: finished checkpoints are kept; run the same command again to resume")
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+@app.command("list")
+@handles_errors
+def list_(what: str = typer.Argument("all", help="datasets | models | methods | metrics | all")):
+    """List what is registered."""
+    from rich.console import Console
+    from rich.table import Table
+
+    what = what.lower()
+    kinds = ("datasets", "models", "methods", "metrics")
+    if what != "all" and what not in kinds:
+        raise UserError(f"unknown list {what!r}; choose one of {', '.join(kinds)} or all")
+    console = Console()
+    for kind in kinds if what == "all" else (what,):
+        table = Table(title=kind, show_lines=False)
+        table.add_column("name")
+        table.add_column("aliases" if kind == "methods" else "", style="dim")
+        table.add_column("what / reference")
+        for name, aliases, info in _listing(kind):
+            table.add_row(name, aliases, info)
+        console.print(table)
+
+
+def _listing(kind: str):
+    if kind == "datasets":
+        from .data.datasets import DATASET_INFO
+
+        return [(n, "", i) for n, i in DATASET_INFO.items()] + [
+            ("imagefolder:<path>", "", "your own images: <path>/train/<class>/*, <path>/test/<class>/*")]
+    if kind == "models":
+        from .models.zoo import MODEL_INFO
+
+        return [(n, "", i) for n, i in MODEL_INFO.items()] + [
+            ("torchvision:<name>", "", "any torchvision classification model (random init)"),
+            ("timm:<name>", "", "any timm model, e.g. timm:swin_tiny_patch4_window7_224 (random init)")]
+    if kind == "methods":
+        from .methods import METHODS
+
+        return [(n, ", ".join(METHODS.aliases_of(n)), METHODS.get(n).paper) for n in METHODS.names()]
+    from .metrics import METRIC_INFO
+
+    return [(n, "", i) for n, i in METRIC_INFO.items()]
+
+
+def _spec_options(forget_classes, forget_random, forget_indices) -> dict:
+    from .config import parse_int_list
+
+    return {"forget_classes": parse_int_list(forget_classes, "--forget-classes") if forget_classes else None,
+            "forget_random": forget_random, "forget_indices": forget_indices}
+
+
+@app.command()
+@handles_errors
+def train(
+    dataset: str = typer.Option(..., help="dataset name (unlearnkit list datasets)"),
+    model: str = typer.Option("small_cnn", help="model name (unlearnkit list models)"),
+    out: Path = typer.Option(..., help="checkpoint file to write (.pt)"),
+    seed: int = typer.Option(0, help="training seed"),
+    data_seed: int = typer.Option(0, help="seed of the train/val/test split and of a random forget set"),
+    retrain: bool = typer.Option(False, "--retrain", help="train the reference without the forget set"),
+    forget_classes: Optional[str] = typer.Option(None, help="classes to forget, e.g. 3 or 3,8"),
+    forget_random: Optional[float] = typer.Option(None, help="random forget set: fraction (0,1) or count"),
+    forget_indices: Optional[Path] = typer.Option(None, help="file of training indices to forget"),
+    epochs: Optional[int] = typer.Option(None, help="override the recipe's epochs"),
+    lr: Optional[float] = typer.Option(None, help="override the recipe's learning rate"),
+    data_dir: Path = typer.Option(Path("data"), help="where torchvision datasets live"),
+    download: bool = typer.Option(False, "--download", help="download a missing torchvision dataset"),
+    device: str = typer.Option("auto", help="auto | cpu | cuda | cuda:N"),
+    cache_dir: Optional[Path] = typer.Option(None, help="model cache (default ~/.cache/unlearnkit/models)"),
+):
+    """Train an original model (or, with --retrain, the reference without the forget set)."""
+    import shutil
+
+    from .data.datasets import load_dataset
+    from .data.splits import ForgetSpec, make_split
+    from .training import default_recipe, reference_model, resolve_device, with_overrides
+
+    spec_opts = _spec_options(forget_classes, forget_random, forget_indices)
+    if retrain and not any(v is not None for v in spec_opts.values()):
+        raise UserError("--retrain needs the forget set: --forget-classes, --forget-random or --forget-indices")
+    dev = resolve_device(device)
+    bundle = load_dataset(dataset, data_dir, download, data_seed)
+    if any(v is not None for v in spec_opts.values()):
+        spec = ForgetSpec(classes=tuple(spec_opts["forget_classes"] or ()), random=spec_opts["forget_random"],
+                          indices_file=str(forget_indices) if forget_indices else None)
+    else:
+        spec = ForgetSpec(classes=(0,))  # the original ignores the forget set
+    split = make_split(bundle, spec, seed=data_seed)
+    recipe = with_overrides(default_recipe(bundle.name, model), epochs=epochs, lr=lr)
+    ref = reference_model("retrain" if retrain else "original", split, model, recipe, seed, None, cache_dir, dev)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    shutil.copyfile(ref.path, tmp)
+    tmp.replace(out)
+    typer.echo(f"wrote {out} ({'cached' if ref.cached else 'trained'}; sha256 {ref.meta['sha256'][:12]})")
+
+
+@app.command()
+@handles_errors
+def run(
+    config: Optional[Path] = typer.Option(None, help="YAML file with the same keys as these options"),
+    dataset: Optional[str] = typer.Option(None, help="dataset name [mnist5k]"),
+    model: Optional[str] = typer.Option(None, help="model name [small_cnn]"),
+    forget_classes: Optional[str] = typer.Option(None, help="classes to forget, e.g. 3 or 3,8"),
+    forget_random: Optional[float] = typer.Option(None, help="random forget set: fraction (0,1) or count"),
+    forget_indices: Optional[Path] = typer.Option(None, help="file of training indices to forget"),
+    methods: Optional[str] = typer.Option(None, help="comma-separated method names, or all"),
+    seed: Optional[int] = typer.Option(None, help="training / unlearning seed [0]"),
+    data_seed: Optional[int] = typer.Option(None, help="data split seed [0]"),
+    epochs: Optional[int] = typer.Option(None, help="override the training recipe's epochs"),
+    preset: Optional[str] = typer.Option(None, help="method defaults: auto | small | reference"),
+    test_convention: Optional[str] = typer.Option(None, help="salun (TA without forgotten classes) | purge"),
+    out: Optional[Path] = typer.Option(None, help="output folder [runs/run]"),
+    data_dir: Optional[Path] = typer.Option(None, help="where torchvision datasets live [data]"),
+    download: bool = typer.Option(False, "--download", help="download a missing torchvision dataset"),
+    device: Optional[str] = typer.Option(None, help="auto | cpu | cuda | cuda:N"),
+    cache_dir: Optional[Path] = typer.Option(None, help="model cache (default ~/.cache/unlearnkit/models)"),
+    progress: bool = typer.Option(True, help="show progress bars"),
+):
+    """Train or reuse original and retrain, run the methods, evaluate, write results.json/.md."""
+    from .config import load_config
+    from .runner import print_table, run_experiment
+
+    overrides = {"dataset": dataset, "model": model, "methods": methods, "seed": seed, "data_seed": data_seed,
+                 "preset": preset, "test_convention": test_convention, "out": str(out) if out else None,
+                 "data_dir": str(data_dir) if data_dir else None, "download": download or None,
+                 "device": device, "cache_dir": str(cache_dir) if cache_dir else None,
+                 **_spec_options(forget_classes, forget_random, str(forget_indices) if forget_indices else None)}
+    if epochs is not None:
+        overrides["recipe"] = {"epochs": epochs}
+    cfg = load_config(config, overrides)
+    if not (cfg.forget_classes or cfg.forget_random is not None or cfg.forget_indices):
+        raise UserError("say what to forget: --forget-classes, --forget-random or --forget-indices")
+    results = run_experiment(cfg, progress=progress)
+    print_table(results)
+    typer.echo(f"wrote {Path(cfg.out) / 'results.json'} and results.md")
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        _err("interrupted")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""Forget specifications and the unlearning split they produce.
+
+A :class:`ForgetSpec` says *what* to forget: whole ``classes``, a ``random`` fraction (0 < f < 1) or
+count (an int >= 1) of training samples, or the training ``indices`` listed in a file. A concept
+task (label-domain mismatch, seed 002) is built by :mod:`unlearnkit.data.concepts`.
+
+:func:`make_split` turns it into an :class:`UnlearningSplit`. Indices always refer to positions in
+the bundle's ``train`` split (after the validation holdout). The split hash is a sha256 over the
+dataset fingerprint and the sorted forget indices, so the same request always hashes the same.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import UserError
+from .arrays import ArrayData
+from .datasets import DatasetBundle
+
+
+@dataclass(frozen=True)
+class ForgetSpec:
+    classes: tuple[int, ...] = ()
+    random: float | None = None
+    indices_file: str | None = None
+
+    def __post_init__(self) -> None:
+        given = sum([bool(self.classes), self.random is not None, self.indices_file is not None])
+        if given != 1:
+            raise UserError("give exactly one forget specification: --forget-classes, --forget-random or "
+                            "--forget-indices")
+        object.__setattr__(self, "classes", tuple(int(c) for c in self.classes))
+
+    @property
+    def kind(self) -> str:
+        return "classes" if self.classes else "random" if self.random is not None else "indices"
+
+    def describe(self) -> str:
+        if self.kind == "classes":
+            return f"classes {','.join(map(str, self.classes))}"
+        if self.kind == "random":
+            r = self.random
+            return f"random {r:g} of train" if r < 1 else f"random {int(r)} train samples"
+        return f"indices from {self.indices_file}"
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "classes": list(self.classes), "random": self.random,
+                "indices_file": self.indices_file}
+
+
+@dataclass
+class UnlearningSplit:
+    """The data an unlearning task works on; every part is an in-memory :class:`ArrayData`.
+
+    ``test_forget``/``test_retain``: test samples of the forgotten / other classes (empty / the whole
+    test set for sample-level forgetting). ``test``: the full test set (PURGE's TA convention).
+    """
+
+    dataset: DatasetBundle
+    spec: ForgetSpec
+    forget_indices: np.ndarray
+    train_forget: ArrayData
+    train_retain: ArrayData
+    test_forget: ArrayData
+    test_retain: ArrayData
+    test: ArrayData
+    val: ArrayData
+    split_hash: str
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def forgotten_classes(self) -> tuple[int, ...]:
+        return self.spec.classes
+
+    @property
+    def num_classes(self) -> int:
+        return self.dataset.num_classes
+
+    @property
+    def train(self) -> ArrayData:
+        return self.dataset.train
+
+    def summary(self) -> dict:
+        return {"spec": self.spec.to_dict(), "split_hash": self.split_hash, "n_train_forget": len(self.train_forget),
+                "n_train_retain": len(self.train_retain), "n_test_forget": len(self.test_forget),
+                "n_test_retain": len(self.test_retain), "n_val": len(self.val)}
+
+
+def read_indices(path: str | Path) -> np.ndarray:
+    """Integers from a ``.npy`` file (no pickles) or a text file (whitespace/comma separated)."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise UserError(f"forget indices file {p} does not exist")
+    try:
+        if p.suffix == ".npy":
+            arr = np.load(p, allow_pickle=False)
+        else:
+            text = p.read_text().replace(",", " ").split()
+            arr = np.asarray([int(t) for t in text], dtype=np.int64)
+    except (ValueError, OSError) as e:
+        raise UserError(f"cannot read forget indices from {p}: {e}") from None
+    return np.asarray(arr, dtype=np.int64).ravel()
+
+
+def split_hash(bundle: DatasetBundle, forget_indices: np.ndarray, extra: dict | None = None) -> str:
+    payload = {"dataset": bundle.fingerprint(), "extra": extra or {}}
+    h = hashlib.sha256(json.dumps(payload, sort_keys=True).encode())
+    h.update(np.sort(np.asarray(forget_indices, dtype=np.int64)).tobytes())
+    return h.hexdigest()[:16]
+
+
+def make_split(bundle: DatasetBundle, spec: ForgetSpec, seed: int = 0) -> UnlearningSplit:
+    """Build the unlearning split. ``seed`` draws the random forget set (class forgetting ignores it)."""
+    y = bundle.train.y.numpy()
+    n = len(y)
+    k = bundle.num_classes
+    if spec.kind == "classes":
+        bad = [c for c in spec.classes if not 0 <= c < k]
+        if bad:
+            raise UserError(f"forget class {bad[0]} is out of range for {bundle.name} (classes 0..{k - 1})")
+        if len(set(spec.classes)) >= k:
+            raise UserError(f"cannot forget every class of {bundle.name}: nothing would remain to retain")
+        forget = np.flatnonzero(np.isin(y, spec.classes))
+    elif spec.kind == "random":
+        r = spec.random
+        count = int(round(r * n)) if 0 < r < 1 else int(r)
+        if r <= 0 or count < 1:
+            raise UserError(f"--forget-random {r:g} selects no sample (give a fraction in (0,1) or a count >= 1)")
+        if count >= n:
+            raise UserError(f"--forget-random {r:g} selects all {n} training samples: nothing would remain")
+        forget = np.sort(np.random.RandomState(seed).choice(n, count, replace=False))
+    else:
+        forget = np.unique(read_indices(spec.indices_file))
+        if len(forget) == 0:
+            raise UserError(f"forget indices file {spec.indices_file} holds no index: the forget set is empty")
+        if forget.min() < 0 or forget.max() >= n:
+            raise UserError(f"forget index {int(forget.max() if forget.max() >= n else forget.min())} is out of "
+                            f"range: {bundle.name} has {n} training samples (0..{n - 1})")
+        if len(forget) >= n:
+            raise UserError("the forget indices cover every training sample: nothing would remain")
+    if len(forget) == 0:
+        raise UserError(f"the forget set is empty ({spec.describe()} on {bundle.name})")
+    mask = np.zeros(n, dtype=bool)
+    mask[forget] = True
+    test_y = bundle.test.y.numpy()
+    tmask = np.isin(test_y, spec.classes) if spec.kind == "classes" else np.zeros(len(test_y), dtype=bool)
+    return UnlearningSplit(
+        dataset=bundle, spec=spec, forget_indices=forget,
+        train_forget=bundle.train.subset(torch.from_numpy(np.flatnonzero(mask))),
+        train_retain=bundle.train.subset(torch.from_numpy(np.flatnonzero(~mask))),
+        test_forget=bundle.test.subset(torch.from_numpy(np.flatnonzero(tmask))),
+        test_retain=bundle.test.subset(torch.from_numpy(np.flatnonzero(~tmask))),
+        test=bundle.test, val=bundle.val,
+        split_hash=split_hash(bundle, forget),
+    )

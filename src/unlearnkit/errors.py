@@ -1,0 +1,24 @@
+"""Errors a user can act on. The CLI prints their message on one line and exits with code 2."""
+
+
+class UserError(Exception):
+    """Bad input (unknown name, impossible forget set, wrong checkpoint...): one clear line, no traceback."""
+
+
+class UnknownNameError(UserError, KeyError):
+    """A registry lookup failed; the message carries a did-you-mean suggestion."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return self.args[0] if self.args else ""
+
+
+class DataUnavailableError(UserError):
+    """A dataset is not on disk and downloading was not allowed."""
+
+
+class CheckpointError(UserError):
+    """A checkpoint is corrupt, truncated, or of another architecture / class count."""
+
+
+class NonFiniteLossError(RuntimeError):
+    """A method produced NaN/inf; the model would be silently broken, so the method stops."""

@@ -1,0 +1,131 @@
+"""The plain training loop and its recipe, shared by reference training and loop-based methods.
+
+``fit`` trains with cross-entropy under a :class:`Recipe` (optimizer, per-epoch schedule, epochs,
+batch size, weight decay, augmentation), shows a progress bar, stops on a non-finite loss, and can
+resume exactly from a state written after any epoch.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .data.arrays import ArrayData, Augment
+from .errors import NonFiniteLossError, UserError
+from .progress import bar
+
+
+@dataclass(frozen=True)
+class Recipe:
+    optimizer: str = "sgd"          # sgd | adam
+    lr: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    epochs: int = 20
+    batch_size: int = 128
+    schedule: str = "cosine"        # cosine | multistep | constant
+    milestones: tuple[int, ...] = ()
+    gamma: float = 0.1
+    augment: bool = True
+    warmup_epochs: int = 0
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in ("sgd", "adam"):
+            raise UserError(f"recipe optimizer must be 'sgd' or 'adam', not {self.optimizer!r}")
+        if self.schedule not in ("cosine", "multistep", "constant"):
+            raise UserError(f"recipe schedule must be cosine|multistep|constant, not {self.schedule!r}")
+        if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
+            raise UserError("recipe needs epochs >= 1, batch_size >= 1 and lr > 0")
+        object.__setattr__(self, "milestones", tuple(int(m) for m in self.milestones))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["milestones"] = list(self.milestones)
+        return d
+
+
+def make_optimizer(params, recipe: Recipe) -> torch.optim.Optimizer:
+    if recipe.optimizer == "adam":
+        return torch.optim.Adam(params, lr=recipe.lr, weight_decay=recipe.weight_decay)
+    return torch.optim.SGD(params, lr=recipe.lr, momentum=recipe.momentum, weight_decay=recipe.weight_decay)
+
+
+def lr_at(recipe: Recipe, epoch: int) -> float:
+    """Learning rate for a 0-based epoch (per-epoch schedule, linear warm-up first)."""
+    if epoch < recipe.warmup_epochs:
+        return recipe.lr * (epoch + 1) / recipe.warmup_epochs
+    if recipe.schedule == "cosine":
+        return 0.5 * recipe.lr * (1 + math.cos(math.pi * epoch / recipe.epochs))
+    if recipe.schedule == "multistep":
+        return recipe.lr * recipe.gamma ** sum(epoch >= m for m in recipe.milestones)
+    return recipe.lr
+
+
+@dataclass
+class FitState:
+    """Everything needed to resume a training exactly where it stopped."""
+
+    epoch: int = 0
+    history: list[dict] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+
+def fit(model: nn.Module, data: ArrayData, recipe: Recipe, augment: Augment | None = None, seed: int = 0,
+        device: torch.device | str = "cpu", description: str = "train", progress: bool = True,
+        resume: dict | None = None, on_epoch=None) -> FitState:
+    """Train ``model`` in place with cross-entropy; returns the history (loss, accuracy per epoch).
+
+    ``resume`` is a state written by ``on_epoch`` (model, optimizer, generator, epoch): the result
+    is then identical to an uninterrupted run. Raises :class:`NonFiniteLossError` on NaN/inf loss.
+    """
+    device = torch.device(device)
+    model.to(device)
+    opt = make_optimizer(model.parameters(), recipe)
+    gen = torch.Generator().manual_seed(seed)
+    state = FitState()
+    if resume is not None:
+        model.load_state_dict(resume["model"])
+        opt.load_state_dict(resume["optimizer"])
+        gen.set_state(resume["generator"])
+        state = FitState(int(resume["epoch"]), list(resume["history"]), float(resume["elapsed_s"]))
+    aug = augment if recipe.augment else None
+    steps = -(-len(data) // recipe.batch_size)
+    with bar(recipe.epochs * steps, description, progress) as pbar:
+        pbar.update(state.epoch * steps)
+        for epoch in range(state.epoch, recipe.epochs):
+            t0 = time.perf_counter()
+            for g in opt.param_groups:
+                g["lr"] = lr_at(recipe, epoch)
+            model.train()
+            loss_sum = torch.zeros((), device=device)
+            correct = torch.zeros((), device=device, dtype=torch.long)
+            seen = 0
+            for xb, yb in data.batches(recipe.batch_size, shuffle=True, generator=gen, augment=aug, device=device):
+                logits = model(xb)
+                loss = F.cross_entropy(logits, yb)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                loss_sum += loss.detach() * len(yb)
+                correct += (logits.detach().argmax(1) == yb).sum()
+                seen += len(yb)
+                pbar.update(1)
+            loss_epoch = float(loss_sum) / seen
+            if not torch.isfinite(torch.tensor(loss_epoch)):
+                raise NonFiniteLossError(f"{description}: loss became {loss_epoch} in epoch {epoch + 1}; "
+                                         f"lower the learning rate ({recipe.lr:g})")
+            acc = 100.0 * float(correct) / seen
+            state.history.append({"epoch": epoch + 1, "loss": loss_epoch, "acc": acc, "lr": lr_at(recipe, epoch)})
+            state.elapsed_s += time.perf_counter() - t0
+            state.epoch = epoch + 1
+            pbar.update(0, loss=loss_epoch, acc=acc)
+            if on_epoch is not None:
+                on_epoch({"model": model.state_dict(), "optimizer": opt.state_dict(), "generator": gen.get_state(),
+                          "epoch": state.epoch, "history": state.history, "elapsed_s": state.elapsed_s})
+    return state
+
+

@@ -1,0 +1,129 @@
+"""The method interface: hyperparameters in ``__init__`` (a dataclass, no logic), ``unlearn`` does the work.
+
+A method declares what it needs (``needs``: ``forget``, ``retain``, ``original``, ``test``, ``val``)
+and only ever sees that: :meth:`UnlearningMethod.unlearn` hands ``_unlearn`` a :class:`MethodData`
+whose undeclared parts are ``None``. It works on a deep copy, so the caller's model is never
+mutated, and it must not grade itself with the auditor (methods never import ``audit``).
+
+Presets: the dataclass defaults are the reference's (ResNet-18 / CIFAR-10, reference-specs §3);
+``PRESETS["small"]`` holds defaults for the bundled datasets with the small CNN, chosen with
+:func:`preset_for`.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import asdict, dataclass, field, fields
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from ..data.arrays import ArrayData, Augment
+from ..registry import Registry
+
+NEEDS = ("forget", "retain", "original", "test", "val")
+BUNDLED = ("digits", "mnist5k")
+
+
+@dataclass
+class MethodData:
+    """What a method may read. Undeclared parts are ``None``."""
+
+    num_classes: int
+    forget: ArrayData | None = None
+    retain: ArrayData | None = None
+    test: ArrayData | None = None
+    val: ArrayData | None = None
+    forgotten_classes: tuple[int, ...] = ()
+    augment: Augment = field(default_factory=Augment)
+
+
+@dataclass
+class UnlearnResult:
+    model: nn.Module
+    runtime_s: float
+    stop_reason: str = "completed"
+    history: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class UnlearningMethod:
+    """Base class. Subclasses are dataclasses of hyperparameters and implement ``_unlearn``."""
+
+    name: ClassVar[str] = ""
+    paper: ClassVar[str] = ""
+    needs: ClassVar[frozenset[str]] = frozenset({"forget"})
+    PRESETS: ClassVar[dict[str, dict]] = {}
+
+    def params(self) -> dict:
+        """Hyperparameters as plain values; ``type(m)(**m.params())`` rebuilds an equal method."""
+        return asdict(self)
+
+    @classmethod
+    def from_preset(cls, preset: str | None = None, **overrides) -> "UnlearningMethod":
+        known = {f.name for f in fields(cls)}
+        bad = sorted(set(overrides) - known)
+        if bad:
+            from ..errors import UserError
+
+            raise UserError(f"{cls.name}: unknown hyperparameter(s) {bad}; known: {sorted(known)}")
+        base = dict(cls.PRESETS.get(preset or "", {}))
+        base.update(overrides)
+        return cls(**base)
+
+    def data_for(self, split) -> MethodData:
+        """Restrict an UnlearningSplit to what this method declared it needs."""
+        unknown = set(self.needs) - set(NEEDS)
+        assert not unknown, f"{self.name}: unknown needs {unknown}"
+        return MethodData(
+            num_classes=split.num_classes,
+            forget=split.train_forget if "forget" in self.needs else None,
+            retain=split.train_retain if "retain" in self.needs else None,
+            test=split.test if "test" in self.needs else None,
+            val=split.val if "val" in self.needs else None,
+            forgotten_classes=tuple(split.forgotten_classes),
+            augment=split.dataset.augment,
+        )
+
+    def unlearn(self, model: nn.Module, split, original: nn.Module | None = None,
+                device: torch.device | str = "cpu", seed: int = 0, progress: bool = False) -> UnlearnResult:
+        """Return an unlearned copy of ``model``; ``model`` and ``original`` are left untouched."""
+        device = torch.device(device)
+        work = copy.deepcopy(model).to(device)
+        frozen = None
+        if "original" in self.needs:
+            frozen = copy.deepcopy(original if original is not None else model).to(device).eval()
+            for p in frozen.parameters():
+                p.requires_grad_(False)
+        data = self.data_for(split)
+        torch.manual_seed(seed)
+        gen = torch.Generator().manual_seed(seed)
+        t0 = time.perf_counter()
+        result = self._unlearn(work, data, frozen, device, gen, progress)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        result.runtime_s = time.perf_counter() - t0
+        result.model.eval()
+        return result
+
+    def _unlearn(self, model: nn.Module, data: MethodData, original: nn.Module | None, device: torch.device,
+                 gen: torch.Generator, progress: bool) -> UnlearnResult:
+        raise NotImplementedError
+
+
+METHODS: Registry[type[UnlearningMethod]] = Registry("method")
+
+
+def register_method(name: str, *aliases: str):
+    def deco(cls: type[UnlearningMethod]) -> type[UnlearningMethod]:
+        cls.name = name
+        METHODS.add(name, cls, *aliases)
+        return cls
+
+    return deco
+
+
+def preset_for(dataset: str, model: str) -> str:
+    """``small`` for the bundled datasets / the small CNN, ``reference`` otherwise."""
+    return "small" if dataset in BUNDLED or model == "small_cnn" else "reference"

@@ -1,0 +1,51 @@
+"""FT (fine-tuning): cross-entropy on the retained data only.
+
+Reference: SalUn / Unlearn-Sparse ``unlearn/FT.py`` (reference-specs §3.1): SGD momentum 0.9,
+weight decay 5e-4, batch 256, model in train mode (BatchNorm statistics update), training
+augmentation; class-wise CIFAR-10 defaults lr 0.01, 10 epochs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch.nn.functional as F
+
+from ..progress import bar
+from .base import UnlearnResult, UnlearningMethod, register_method
+from .common import batches, check_finite, n_batches, set_train_mode, sgd
+
+
+@register_method("finetune", "FT")
+@dataclass
+class Finetune(UnlearningMethod):
+    paper = "Warnecke et al. 2023 / SalUn FT baseline (catastrophic forgetting by fine-tuning on D_r)"
+    needs = frozenset({"retain"})
+    PRESETS = {"reference": {}, "small": {"lr": 0.01, "epochs": 5, "batch_size": 128}}
+
+    lr: float = 0.01
+    epochs: int = 10
+    batch_size: int = 256
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    augment: bool = True
+    bn_mode: str = "train"
+
+    def _unlearn(self, model, data, original, device, gen, progress):
+        opt = sgd(model.parameters(), self.lr, self.momentum, self.weight_decay)
+        aug = data.augment if self.augment else None
+        history, step = [], 0
+        with bar(self.epochs * n_batches(data.retain, self.batch_size), "finetune", progress) as pb:
+            for epoch in range(self.epochs):
+                set_train_mode(model, self.bn_mode)
+                total = 0.0
+                for x, y in batches(data.retain, self.batch_size, gen, device, aug):
+                    loss = F.cross_entropy(model(x), y)
+                    check_finite(loss, self.name, step)
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt.step()
+                    total += loss.item()
+                    step += 1
+                    pb.update(1, loss=loss.item())
+                history.append({"epoch": epoch + 1, "retain_loss": total / max(1, n_batches(data.retain, self.batch_size))})
+        return UnlearnResult(model, 0.0, "completed", history)

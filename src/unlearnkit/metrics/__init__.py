@@ -1,0 +1,57 @@
+"""Unlearning metrics: pure functions over numpy arrays or torch tensors.
+
+Nothing here imports the rest of unlearnkit. Units: accuracies and MIA rates in percent
+(0–100), CKA in [0, 1], AUROC in [0, 1]. Each function's docstring gives its definition, the
+paper / reference code it follows (the project's reference-specs.md §2) and any deliberate
+difference from it.
+"""
+
+from .accuracy import accuracy
+from .cka import cka_subsample_indices, linear_cka
+from .feature_distance import fid_feat, mean_cosine_similarity, mean_l2
+from .knn import knn_accuracy
+from .mia import entropy_mia, mia_auroc, mia_auroc_components, mia_features, svc_mia_efficacy
+from .probes import DeltaLPR, ProbeResult, linear_probe_recovery, paired_delta_lpr, sample_level_subsample
+from .separability import fisher_separability
+from .summary import gap, h_mean
+
+METRIC_INFO: dict[str, str] = {
+    "accuracy": "Top-1 accuracy in % (UA/RA/TA/FA family; SalUn, PURGE, Mirage conventions)",
+    "svc_mia_efficacy": "SVC-MIA efficacy: % of D_f predicted non-member (SalUn evaluation/SVC_MIA.py)",
+    "entropy_mia": "Logistic entropy MIA: % of D_f predicted member (SCRUB/SSD get_membership_attack_prob)",
+    "mia_auroc": "Mean of loss/confidence AUROC, forget train vs test, 0.5 ideal (PURGE run.py)",
+    "linear_probe_recovery": "Forget-vs-retain linear probe, balanced acc % and AUROC (Mirage mirage_lib.py)",
+    "paired_delta_lpr": "LPR(unlearned) - LPR(retrained) on paired resplits, with a CI (Mirage, extended)",
+    "linear_cka": "Linear CKA in [0,1], centered (Kornblith 2019) or uncentered (Mirage mirage_lib.py)",
+    "fisher_separability": "||mu_f - mu_r||^2 / (Tr S_f + Tr S_r) on features (Mirage mirage_lib.py)",
+    "knn_accuracy": "Cosine k-NN accuracy %, majority or InstDisc-weighted vote (EC, protocol inferred)",
+    "fid_feat": "Frechet distance of Gaussian fits to two feature sets (PURGE fid_baselines.py)",
+    "mean_cosine_similarity": "Mean row-paired cosine similarity of two feature sets (PURGE run.py)",
+    "mean_l2": "Mean row-paired L2 distance of two feature sets (PURGE run.py)",
+    "gap": "Mean |unlearned - retrained| over UA, RA, TA, MIA in % (TARF Gap)",
+    "h_mean": "Harmonic mean of (100 - forget acc) and retain acc in % (EC H-Mean, inferred)",
+}
+
+__all__ = [
+    "METRIC_INFO",
+    "DeltaLPR",
+    "ProbeResult",
+    "accuracy",
+    "cka_subsample_indices",
+    "entropy_mia",
+    "fid_feat",
+    "fisher_separability",
+    "gap",
+    "h_mean",
+    "knn_accuracy",
+    "linear_cka",
+    "linear_probe_recovery",
+    "mean_cosine_similarity",
+    "mean_l2",
+    "mia_auroc",
+    "mia_auroc_components",
+    "mia_features",
+    "paired_delta_lpr",
+    "sample_level_subsample",
+    "svc_mia_efficacy",
+]

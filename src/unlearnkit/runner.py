@@ -1,0 +1,222 @@
+"""``unlearnkit run``: data -> split -> original & retrain (cached) -> methods -> evaluation -> results.
+
+Writes ``results.json`` (schema ``unlearnkit.results/1``, design.md) and ``results.md`` into
+``cfg.out``, and each unlearned model to ``out/models/<method>.pt``. A method whose checkpoint
+already exists for the same original model, split, hyperparameters and seed is not rerun, so an
+interrupted run resumes where it stopped.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import subprocess
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from .checkpoints import atomic_write_text, load_checkpoint, save_checkpoint
+from .config import RunConfig
+from .data.datasets import load_dataset
+from .data.splits import ForgetSpec, make_split
+from .errors import CheckpointError, UserError
+from .evaluation import model_outputs, output_metrics
+from .methods import METHODS, preset_for
+from .metrics.summary import gap, h_mean
+from .progress import console
+from .training import default_recipe, reference_model, resolve_device, versions, with_overrides
+
+SCHEMA = "unlearnkit.results/1"
+
+
+def forget_spec(cfg: RunConfig) -> ForgetSpec:
+    return ForgetSpec(classes=tuple(cfg.forget_classes), random=cfg.forget_random, indices_file=cfg.forget_indices)
+
+
+def method_names(names: list[str]) -> list[str]:
+    if [n.lower() for n in names] == ["all"]:
+        return [n for n in METHODS.names()]
+    out = []
+    for n in names:
+        c = METHODS.canonical(n)
+        if c not in out:
+            out.append(c)
+    return out
+
+
+def git_commit() -> str | None:
+    try:
+        r = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                           cwd=Path(__file__).parent)
+        return r.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _finite(x):
+    return None if isinstance(x, float) and not math.isfinite(x) else x
+
+
+def summary_metrics(m: dict, ref: dict, runtime_s: float, retrain_time_s: float) -> dict:
+    """Add Gap (TARF, §2.8: UA = forget accuracy, RA, TA, MIA-efficacy vs retrain), H-Mean, speedup."""
+    out = dict(m)
+    keys = {"ua": "forget_acc", "ra": "retain_acc", "ta": "test_acc", "mia": "mia_efficacy"}
+    out["gap"] = gap({k: m[v] for k, v in keys.items()}, {k: ref[v] for k, v in keys.items()})
+    tfa = m["test_forget_acc"] if math.isfinite(m["test_forget_acc"]) else m["forget_acc"]
+    out["h_mean"] = h_mean(tfa, m["test_retain_acc"])
+    out["runtime_s"] = runtime_s
+    out["speedup"] = retrain_time_s / runtime_s if runtime_s > 0 else None
+    return {k: _finite(v) for k, v in out.items()}
+
+
+def run_experiment(cfg: RunConfig, progress: bool = True) -> dict:
+    """Run one configuration end to end; returns the results dict also written to ``cfg.out``."""
+    names = method_names(cfg.methods)  # unknown names fail before any work
+    device = resolve_device(cfg.device)
+    bundle = load_dataset(cfg.dataset, cfg.data_dir, cfg.download, cfg.data_seed)
+    split = make_split(bundle, forget_spec(cfg), seed=cfg.data_seed)
+    recipe = with_overrides(default_recipe(bundle.name, cfg.model), **cfg.recipe) if cfg.recipe else \
+        default_recipe(bundle.name, cfg.model)
+    preset = preset_for(bundle.name, cfg.model) if cfg.preset == "auto" else cfg.preset
+    out = Path(cfg.out)
+    console.print(f"[bold]{bundle.name}[/] {len(bundle.train)} train / {len(bundle.test)} test, forget "
+                  f"{split.spec.describe()}: {len(split.train_forget)} train samples; model {cfg.model}; "
+                  f"device {device}")
+
+    common = dict(split=split, model_name=cfg.model, recipe=recipe, seed=cfg.seed, model_kwargs=cfg.model_kwargs,
+                  cache_dir=cfg.cache_dir, device=device, progress=progress)
+    original = reference_model("original", **common)
+    retrain = reference_model("retrain", **common)
+    for ref in (original, retrain):
+        console.print(f"{ref.meta['kind']}: {'cached' if ref.cached else 'trained'} {ref.path}")
+
+    models: dict[str, dict] = {}
+    layers: list[str] = []
+
+    def record(name: str, model, runtime_s: float, extra: dict) -> dict:
+        outputs = model_outputs(model, split, layers, device)
+        metrics = output_metrics(outputs, split, cfg.test_convention)
+        models[name] = {"metrics": metrics, "runtime_s": runtime_s, **extra}
+        return outputs
+
+    record("original", original.model, original.meta["train_time_s"],
+           {"checkpoint": str(original.path), "sha256": original.meta["sha256"]})
+    record("retrain", retrain.model, retrain.meta["train_time_s"],
+           {"checkpoint": str(retrain.path), "sha256": retrain.meta["sha256"]})
+
+    for name in names:
+        if name == "retrain":
+            continue  # the cached reference is the retrain row
+        cls = METHODS.get(name)
+        method = cls.from_preset(preset, **cfg.method_params.get(name, {}))
+        model, runtime_s, stop_reason, history, path = _run_method(method, original, split, cfg, device, out,
+                                                                   progress)
+        record(name, model, runtime_s, {"hyperparameters": method.params(), "preset": preset,
+                                        "needs": sorted(method.needs), "stop_reason": stop_reason,
+                                        "history": history, "checkpoint": str(path), "paper": cls.paper})
+        console.print(f"{name}: {runtime_s:.1f}s ({stop_reason})")
+
+    ref_metrics = models["retrain"]["metrics"]
+    retrain_time = models["retrain"]["runtime_s"]
+    for name, entry in models.items():
+        entry["metrics"] = summary_metrics(entry["metrics"], ref_metrics, entry.pop("runtime_s"), retrain_time)
+        entry.setdefault("audit", None)
+
+    results = {
+        "schema": SCHEMA,
+        "config": cfg.to_dict(),
+        "provenance": {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                       "versions": versions(), "git_commit": git_commit(), "device": str(device),
+                       "recipe": recipe.to_dict(), "preset": preset,
+                       "original_sha256": original.meta["sha256"], "retrain_sha256": retrain.meta["sha256"]},
+        "task": {"dataset": bundle.name, "model": cfg.model, "num_classes": bundle.num_classes,
+                 "forget": split.spec.to_dict(), "test_convention": cfg.test_convention, **split.summary()},
+        "models": models,
+    }
+    write_results(results, out)
+    return results
+
+
+def _run_method(method, original, split, cfg: RunConfig, device, out: Path, progress: bool):
+    """Run a method, or reuse its checkpoint from an earlier (interrupted) run of the same cell."""
+    cell = {"method": method.name, "params": method.params(), "original": original.meta["sha256"],
+            "split": split.split_hash, "seed": cfg.seed}
+    cell_hash = hashlib.sha256(json.dumps(cell, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    path = out / "models" / f"{method.name}.pt"
+    if path.exists():
+        try:
+            model, meta = load_checkpoint(path)
+            if meta.get("cell_hash") == cell_hash:
+                console.print(f"{method.name}: reusing {path}")
+                return model.to(device), meta["runtime_s"], meta["stop_reason"], meta["history"], path
+        except CheckpointError:
+            pass
+    res = method.unlearn(original.model, split, original=original.model, device=device, seed=cfg.seed,
+                         progress=progress)
+    save_checkpoint(res.model, path, {"cell_hash": cell_hash, "cell": cell, "runtime_s": res.runtime_s,
+                                      "stop_reason": res.stop_reason, "history": res.history,
+                                      "kind": "unlearned", "versions": versions()})
+    return res.model, res.runtime_s, res.stop_reason, res.history, path
+
+
+# ---------------------------------------------------------------------------------------------
+
+COLUMNS = [("forget_acc", "forget acc", "{:.2f}"), ("retain_acc", "retain acc", "{:.2f}"),
+           ("test_acc", "test acc", "{:.2f}"), ("test_forget_acc", "test forget", "{:.2f}"),
+           ("mia_efficacy", "MIA-eff.", "{:.2f}"), ("mia_auc", "MIA AUC", "{:.3f}"), ("gap", "Gap", "{:.2f}"),
+           ("runtime_s", "time (s)", "{:.1f}"), ("speedup", "speedup", "{:.1f}x")]
+
+
+def table_rows(results: dict) -> tuple[list[str], list[list[str]]]:
+    header = ["model"] + [c[1] for c in COLUMNS]
+    rows = []
+    for name, entry in results["models"].items():
+        m = entry["metrics"]
+        cells = [name]
+        for key, _, fmt in COLUMNS:
+            v = m.get(key)
+            cells.append("n/a" if v is None else fmt.format(v))
+        audit = entry.get("audit") or {}
+        if audit.get("verdict"):
+            cells.append(audit["verdict"])
+        rows.append(cells)
+    if any(len(r) > len(header) for r in rows):
+        header.append("verdict")
+        rows = [r + [""] * (len(header) - len(r)) for r in rows]
+    return header, rows
+
+
+def results_markdown(results: dict) -> str:
+    t = results["task"]
+    header, rows = table_rows(results)
+    lines = [f"# unlearnkit run: {t['dataset']} / {t['model']}, forget {t['forget']['kind']} "
+             f"{t['forget']['classes'] or t['forget']['random'] or t['forget']['indices_file']}", "",
+             f"split {t['split_hash']}: {t['n_train_forget']} forget / {t['n_train_retain']} retain train samples, "
+             f"test convention `{t['test_convention']}`; accuracies and MIA-efficacy in %, MIA AUC in [0,1] "
+             f"(0.5 ideal), Gap = mean |diff| to retrain over forget/retain/test acc and MIA-efficacy.", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def write_results(results: dict, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "results.json", json.dumps(results, indent=2, allow_nan=False) + "\n")
+    atomic_write_text(out / "results.md", results_markdown(results))
+
+
+def print_table(results: dict) -> None:
+    from rich.table import Table
+
+    header, rows = table_rows(results)
+    table = Table(title=f"{results['task']['dataset']} / {results['task']['model']}: forget "
+                        f"{results['task']['forget']['kind']}")
+    for i, h in enumerate(header):
+        table.add_column(h, justify="left" if i == 0 or h == "verdict" else "right")
+    for r in rows:
+        table.add_row(*r)
+    from rich.console import Console
+
+    Console().print(table)

@@ -1,0 +1,150 @@
+"""Training recipes, the training loop, and the content-addressed cache of original/retrain models.
+
+``default_recipe(dataset, model)`` gives SalUn's recipe (reference-specs §1.1: SGD lr 0.1, momentum
+0.9, wd 5e-4, batch 256, 182 epochs, steps at 91/136) for ResNets on CIFAR-like data, and short
+recipes tuned for the bundled data on CPU. ``reference_model`` trains the ``original`` (full
+training split) or the ``retrain`` reference (``train_retain`` only, same recipe, same seed)
+through a cache keyed by (dataset, split hash, model, recipe, seed, code version): a second run
+reuses them; an interrupted training resumes from its last finished epoch.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from . import __version__
+from .checkpoints import atomic_write_bytes, load_checkpoint, save_checkpoint
+from .errors import CheckpointError, UserError
+from .loop import Recipe, fit
+from .models.zoo import create_model
+from .progress import console
+
+TRAINING_CODE_VERSION = 1  # bump when the loop changes numerics, to invalidate cached models
+
+
+SALUN_RECIPE = Recipe(lr=0.1, momentum=0.9, weight_decay=5e-4, epochs=182, batch_size=256,
+                      schedule="multistep", milestones=(91, 136), gamma=0.1)
+
+
+def default_recipe(dataset: str, model: str) -> Recipe:
+    """Good defaults per dataset/model (SalUn's for ResNets on 32x32 colour data)."""
+    if model in ("resnet18", "resnet50") and dataset in ("cifar10", "cifar100", "cifar100_coarse", "svhn"):
+        return SALUN_RECIPE
+    if dataset == "digits":
+        return Recipe(lr=0.05, epochs=20, batch_size=64)
+    if dataset == "mnist5k":
+        return Recipe(lr=0.05, epochs=15, batch_size=128)
+    if dataset in ("mnist", "fashion_mnist"):
+        return Recipe(lr=0.05, epochs=20, batch_size=128)
+    return Recipe(lr=0.05, epochs=30, batch_size=128)
+
+
+def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
+    if device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise UserError(f"unknown device {device!r} (use auto, cpu, cuda, cuda:0 ...)") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda asked for, but no CUDA GPU is available here")
+    return dev
+
+
+# ---------------------------------------------------------------------------------------------
+# content-addressed cache of reference models
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("UNLEARNKIT_CACHE")
+    if env:
+        return Path(env).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "unlearnkit" / "models"
+
+
+def reference_key(kind: str, split, model_name: str, model_kwargs: dict, recipe: Recipe, seed: int) -> dict:
+    """What a cached original/retrain model depends on (the original ignores the forget set)."""
+    return {
+        "kind": kind, "dataset": split.dataset.fingerprint(),
+        "split_hash": split.split_hash if kind == "retrain" else None,
+        "model": model_name, "model_kwargs": model_kwargs, "recipe": recipe.to_dict(), "seed": seed,
+        "training_code": TRAINING_CODE_VERSION,
+    }
+
+
+@dataclass
+class Reference:
+    model: nn.Module
+    meta: dict
+    path: Path
+    cached: bool
+
+
+def reference_model(kind: str, split, model_name: str, recipe: Recipe, seed: int = 0,
+                    model_kwargs: dict | None = None, cache_dir: str | Path | None = None,
+                    device: torch.device | str = "cpu", progress: bool = True) -> Reference:
+    """The ``original`` (trained on all of ``split.train``) or ``retrain`` (on ``split.train_retain``)."""
+    if kind not in ("original", "retrain"):
+        raise ValueError(kind)
+    model_kwargs = dict(model_kwargs or {})
+    key = reference_key(kind, split, model_name, model_kwargs, recipe, seed)
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    ds = split.dataset.name.replace("/", "_").replace(":", "_")[:40]
+    path = cache / f"{ds}-{model_name.replace(':', '_')}-{kind}-s{seed}-{digest}.pt"
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # no two processes train the same model
+        if path.exists():
+            try:
+                model, meta = load_checkpoint(path)
+                return Reference(model.to(device), meta, path, cached=True)
+            except CheckpointError as e:
+                console.print(f"[yellow]cached {kind} model unusable ({e}); training it again[/]")
+        data = split.train if kind == "original" else split.train_retain
+        bundle = split.dataset
+        torch.manual_seed(seed)
+        model = create_model(model_name, num_classes=bundle.num_classes, in_channels=bundle.in_channels,
+                             image_size=bundle.image_size, **model_kwargs)
+        partial = path.with_suffix(".partial.pt")
+        resume = None
+        if partial.exists():
+            try:
+                resume = torch.load(partial, map_location="cpu", weights_only=True)
+                console.print(f"resuming {kind} training from epoch {resume['epoch']}")
+            except Exception:
+                resume = None
+
+        def save_partial(st: dict) -> None:
+            if st["epoch"] < recipe.epochs:
+                atomic_write_bytes(partial, lambda f: torch.save(st, f))
+
+        state = fit(model, data, recipe, bundle.augment, seed, device, f"{kind} {model_name}", progress,
+                    resume, save_partial)
+        meta = {"kind": kind, "key": key, "train_time_s": state.elapsed_s, "history": state.history,
+                "n_train": len(data), "versions": versions()}
+        save_checkpoint(model, path, meta)
+        partial.unlink(missing_ok=True)
+        model, meta = load_checkpoint(path)
+        return Reference(model.to(device), meta, path, cached=False)
+
+
+def versions() -> dict[str, Any]:
+    import platform
+
+    import torchvision
+
+    return {"unlearnkit": __version__, "torch": torch.__version__, "torchvision": torchvision.__version__,
+            "python": platform.python_version()}
+
+
+def with_overrides(recipe: Recipe, **overrides) -> Recipe:
+    return replace(recipe, **{k: v for k, v in overrides.items() if v is not None})
