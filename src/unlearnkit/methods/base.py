@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from ..data.arrays import ArrayData, Augment
+from ..errors import NonFiniteLossError
 from ..registry import Registry
 
 NEEDS = ("forget", "retain", "original", "test", "val")
@@ -55,6 +56,12 @@ class UnlearningMethod:
     paper: ClassVar[str] = ""
     needs: ClassVar[frozenset[str]] = frozenset({"forget"})
     PRESETS: ClassVar[dict[str, dict]] = {}
+    #: False for methods that do not claim to lower forget accuracy on their own (checked by the suite)
+    reduces_forget_acc: ClassVar[bool] = True
+    #: True when the returned model may have another head shape (documented, e.g. SalUn's BE variant)
+    changes_head: ClassVar[bool] = False
+    #: True when the method re-initialises the model (retrain): a broken input model is no error then
+    starts_from_scratch: ClassVar[bool] = False
 
     def params(self) -> dict:
         """Hyperparameters as plain values; ``type(m)(**m.params())`` rebuilds an equal method."""
@@ -105,6 +112,10 @@ class UnlearningMethod:
             torch.cuda.synchronize(device)
         result.runtime_s = time.perf_counter() - t0
         result.model.eval()
+        bad = [n for n, p in result.model.state_dict().items() if p.is_floating_point() and not torch.isfinite(p).all()]
+        if bad:
+            raise NonFiniteLossError(f"{self.name} produced non-finite weights ({bad[0]}...); "
+                                     f"lower its learning rate / step size")
         return result
 
     def _unlearn(self, model: nn.Module, data: MethodData, original: nn.Module | None, device: torch.device,

@@ -20,6 +20,10 @@ from .common import batches, check_finite, n_batches, set_train_mode, sgd
 class Finetune(UnlearningMethod):
     paper = "Warnecke et al. 2023 / SalUn FT baseline (catastrophic forgetting by fine-tuning on D_r)"
     needs = frozenset({"retain"})
+    # FT forgets only through catastrophic forgetting. Measured on digits/small_cnn class 3 (val split):
+    # val forget acc 100 -> 100 at lr 0.01-0.05 x 5 epochs, 93.3 at lr 0.1 x 10 epochs; SalUn reports
+    # CIFAR-10 class-wise UA 22.5 (forget acc ~77). The suite therefore does not require a drop.
+    reduces_forget_acc = False
     PRESETS = {"reference": {}, "small": {"lr": 0.01, "epochs": 5, "batch_size": 128}}
 
     lr: float = 0.01

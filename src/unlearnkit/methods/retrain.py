@@ -18,6 +18,7 @@ from .common import reinit
 class Retrain(UnlearningMethod):
     paper = "retrain from scratch on D_r (exact unlearning; the reference every audit compares with)"
     needs = frozenset({"retain"})
+    starts_from_scratch = True
     PRESETS = {"reference": {}, "small": {"recipe": {"lr": 0.05, "epochs": 15, "batch_size": 128}}}
 
     recipe: dict = field(default_factory=lambda: {"lr": 0.1, "epochs": 182, "batch_size": 256,

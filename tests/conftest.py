@@ -1,0 +1,43 @@
+"""Shared fixtures: a per-session model cache, digits + small_cnn trained once."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("UNLEARNKIT_PROGRESS", "0")
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("model-cache")
+    old = os.environ.get("UNLEARNKIT_CACHE")
+    os.environ["UNLEARNKIT_CACHE"] = str(d)
+    yield d
+    if old is None:
+        os.environ.pop("UNLEARNKIT_CACHE", None)
+    else:
+        os.environ["UNLEARNKIT_CACHE"] = old
+
+
+@pytest.fixture(scope="session")
+def digits():
+    from unlearnkit import load_dataset
+
+    return load_dataset("digits")
+
+
+@pytest.fixture(scope="session")
+def digits_split(digits):
+    from unlearnkit import ForgetSpec, make_split
+
+    return make_split(digits, ForgetSpec(classes=(3,)))
+
+
+@pytest.fixture(scope="session")
+def digits_original(digits_split, cache_dir):
+    """small_cnn trained on digits (about 5 s), shared by every test of the session."""
+    from unlearnkit.training import default_recipe, reference_model
+
+    return reference_model("original", digits_split, "small_cnn", default_recipe("digits", "small_cnn"),
+                           seed=0, cache_dir=cache_dir, progress=False).model
