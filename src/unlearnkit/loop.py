@@ -6,6 +6,7 @@ resume exactly from a state written after any epoch.
 """
 from __future__ import annotations
 
+import copy
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -124,8 +125,9 @@ def fit(model: nn.Module, data: ArrayData, recipe: Recipe, augment: Augment | No
             state.epoch = epoch + 1
             pbar.update(0, loss=loss_epoch, acc=acc)
             if on_epoch is not None:
-                on_epoch({"model": model.state_dict(), "optimizer": opt.state_dict(), "generator": gen.get_state(),
-                          "epoch": state.epoch, "history": state.history, "elapsed_s": state.elapsed_s})
+                on_epoch(copy.deepcopy({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                                        "generator": gen.get_state(), "epoch": state.epoch,
+                                        "history": state.history, "elapsed_s": state.elapsed_s}))
     return state
 
 

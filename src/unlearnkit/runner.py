@@ -11,17 +11,14 @@ import hashlib
 import json
 import math
 import subprocess
-import time
 from datetime import datetime, timezone
 from pathlib import Path
-
-import torch
 
 from .checkpoints import atomic_write_text, load_checkpoint, save_checkpoint
 from .config import RunConfig
 from .data.datasets import load_dataset
 from .data.splits import ForgetSpec, make_split
-from .errors import CheckpointError, UserError
+from .errors import CheckpointError
 from .evaluation import model_outputs, output_metrics
 from .methods import METHODS, preset_for
 from .metrics.summary import gap, h_mean
@@ -217,6 +214,8 @@ def print_table(results: dict) -> None:
         table.add_column(h, justify="left" if i == 0 or h == "verdict" else "right")
     for r in rows:
         table.add_row(*r)
+    import sys
+
     from rich.console import Console
 
-    Console().print(table)
+    Console(width=None if sys.stdout.isatty() else 160).print(table)

@@ -67,3 +67,51 @@ def reinit(model: nn.Module) -> None:
             m.reset_running_stats()
         if hasattr(m, "reset_parameters"):
             m.reset_parameters()
+
+
+def random_labels(n: int, num_classes: int, gen: torch.Generator, exclude: Tensor | None = None) -> Tensor:
+    """``n`` labels ~ Uniform{0..K-1} drawn with ``gen`` (on the CPU); with ``exclude`` (e.g. the true
+    labels) each label is uniform over the K-1 *other* classes instead."""
+    if exclude is None:
+        return torch.randint(0, num_classes, (n,), generator=gen)
+    r = torch.randint(0, num_classes - 1, (n,), generator=gen)
+    return r + (r >= exclude.cpu()).long()
+
+
+def reinit_seeded(model: nn.Module, gen: torch.Generator) -> None:
+    """:func:`reinit` with a seed drawn from ``gen``; the global RNG state is left as it was."""
+    seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
+    cuda = sorted({p.device.index or 0 for p in model.parameters() if p.is_cuda})
+    with torch.random.fork_rng(devices=cuda):
+        torch.manual_seed(seed)
+        reinit(model)
+
+
+def per_sample_grads(model: nn.Module, x: Tensor, y: Tensor) -> dict[str, Tensor]:
+    """Gradients of ``CE(model(x_i), y_i)`` for every sample, ``{name: Tensor[B, *param.shape]}``.
+
+    Vectorised with ``torch.func`` (``functional_call`` + ``vmap`` + ``grad``) over the parameters
+    that require grad. Exact, and equal to a loop with batch size 1, when the model is in ``eval()``
+    (BatchNorm then uses its running statistics, so samples do not interact), which is how the
+    references that need per-sample gradients run (FF, IU). Buffers are read, never written.
+    """
+    from torch.func import functional_call, grad, vmap
+
+    params = {k: v.detach() for k, v in model.named_parameters() if v.requires_grad}
+    buffers = {k: v.detach() for k, v in model.named_buffers()}
+
+    def loss(p, xi, yi):
+        out = functional_call(model, (p, buffers), (xi.unsqueeze(0),))
+        return F.cross_entropy(out, yi.unsqueeze(0))
+
+    return vmap(grad(loss), in_dims=(None, 0, 0))(params, x, y)
+
+
+def projection_head(in_dim: int, hidden: int, out_dim: int, gen: torch.Generator, device) -> nn.Module:
+    """A temporary MLP projection head ``Linear-ReLU-Linear`` (SupCon's ``head='mlp'``), initialised
+    from a seed drawn from ``gen`` without touching the global RNG. Callers L2-normalise its output."""
+    seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        head = nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Linear(hidden, out_dim))
+    return head.to(device)

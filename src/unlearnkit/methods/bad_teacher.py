@@ -1,0 +1,96 @@
+"""Bad Teacher (BadT): distil from a random "incompetent" teacher on D_f and the original on D_r.
+
+Reference: Chundawat et al., AAAI'23 "Can bad teaching induce forgetting? Unlearning in deep
+networks using an incompetent teacher", vikram2000b/bad-teaching-unlearning ``unlearn.py``
+(``UnlearnerLoss``, ``unlearning_step``, ``blindspot_unlearner``), as run by the SSD benchmark
+(if-loops/selective-synaptic-dampening ``forget_full_class_strategies.py::blindspot``):
+
+- student = copy of the original (left in train mode); competent teacher = the original (eval);
+  incompetent teacher = a freshly initialised model of the same architecture (eval);
+- data = D_f with flag 1 plus a random 30 % subset of D_r (``random.sample``, drawn once) with
+  flag 0, shuffled together in batches of 256, no augmentation (SSD's ``transform_unlearning``);
+- loss = KL(teacher || student) with teacher = softmax(incompetent/T) for flag 1 and
+  softmax(competent/T) for flag 0, student = log_softmax(student/T), ``F.kl_div`` with the default
+  ``reduction="mean"`` (the mean over all batch x class elements); T = 1;
+- Adam lr 1e-4, 1 epoch.
+
+Deliberate differences: the incompetent teacher is a deep copy of the model re-initialised with a
+seed drawn from the method's generator (``reset_parameters`` of every module, BatchNorm statistics
+reset), not a new instance from a model factory; the retain subset is drawn with that generator.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..data.arrays import ArrayData
+from ..progress import bar
+from .base import UnlearnResult, UnlearningMethod, register_method
+from .common import batches, check_finite, n_batches, reinit_seeded, set_train_mode
+
+
+def bad_teacher_loss(student: Tensor, flag: Tensor, competent: Tensor, incompetent: Tensor,
+                     T: float = 1.0) -> Tensor:
+    """The reference's ``UnlearnerLoss``: KL to the incompetent teacher where ``flag`` is 1 (forget),
+    to the competent one where it is 0, mean over all elements as ``F.kl_div``'s default."""
+    f = flag.float().unsqueeze(1)
+    target = f * F.softmax(incompetent / T, dim=1) + (1 - f) * F.softmax(competent / T, dim=1)
+    return F.kl_div(F.log_softmax(student / T, dim=1), target, reduction="sum") / student.numel()
+
+
+def unlearning_data(forget: ArrayData, retain: ArrayData, retain_fraction: float,
+                    gen: torch.Generator) -> ArrayData:
+    """D_f labelled 1 plus a random ``retain_fraction`` of D_r labelled 0 (the reference's
+    ``UnLearningData``)."""
+    n = int(retain_fraction * len(retain))
+    sub = retain.subset(torch.randperm(len(retain), generator=gen)[:n])
+    return ArrayData.concat([forget.with_labels(torch.ones(len(forget), dtype=torch.long)),
+                             sub.with_labels(torch.zeros(n, dtype=torch.long))])
+
+
+@register_method("bad_teacher", "BadT")
+@dataclass
+class BadTeacher(UnlearningMethod):
+    paper = "Chundawat et al., AAAI'23 'Can bad teaching induce forgetting?' (vikram2000b/bad-teaching-unlearning)"
+    needs = frozenset({"forget", "retain", "original"})
+    PRESETS = {"reference": {}, "small": {"lr": 1e-3, "epochs": 1, "batch_size": 64}}
+
+    lr: float = 1e-4
+    epochs: int = 1
+    batch_size: int = 256
+    retain_fraction: float = 0.3
+    kl_temperature: float = 1.0
+    augment: bool = False
+    bn_mode: str = "train"
+
+    def _unlearn(self, model, data, original, device, gen, progress):
+        incompetent = copy.deepcopy(model)
+        reinit_seeded(incompetent, gen)
+        incompetent.eval()
+        for p in incompetent.parameters():
+            p.requires_grad_(False)
+        mixed = unlearning_data(data.forget, data.retain, self.retain_fraction, gen)
+        opt = torch.optim.Adam(model.parameters(), lr=self.lr)
+        aug = data.augment if self.augment else None
+        history, step = [], 0
+        with bar(self.epochs * n_batches(mixed, self.batch_size), self.name, progress) as pb:
+            for epoch in range(self.epochs):
+                set_train_mode(model, self.bn_mode)
+                total = 0.0
+                for x, flag in batches(mixed, self.batch_size, gen, device, aug):
+                    with torch.no_grad():
+                        competent, bad = original(x), incompetent(x)
+                    loss = bad_teacher_loss(model(x), flag, competent, bad, self.kl_temperature)
+                    check_finite(loss, self.name, step)
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt.step()
+                    total += loss.item()
+                    step += 1
+                    pb.update(1, kl=loss.item())
+                history.append({"epoch": epoch + 1, "kl": total / max(1, n_batches(mixed, self.batch_size))})
+        return UnlearnResult(model, 0.0, "completed", history)

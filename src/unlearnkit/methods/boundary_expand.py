@@ -1,0 +1,119 @@
+"""BE (Boundary Expanding): send the forget data to an extra "shadow" class, then prune it.
+
+Reference: Chen et al., CVPR'23 "Boundary Unlearning", original code (Dropbox zip,
+``boundary_unlearning.py::boundary_expanding``; reference-specs §3.8): widen the classifier to
+K+1 outputs (rows 0..K-1 copied from the trained head, row K freshly initialised), fine-tune the
+whole widened model for 10 epochs on D_f with every label set to K (CE, SGD lr 1e-5, momentum 0.9,
+no weight decay, train mode, no augmentation), then PRUNE the shadow neuron: the returned model
+has the original head (the first K rows of the fine-tuned one) and architecture.
+
+``prune=False`` is SalUn's re-implementation (``unlearn/boundary_ex.py``, pitfall §6.10), which
+never removes the shadow neuron: the returned model then has K+1 outputs. Predictions are the
+argmax over all K+1 logits (a forget sample predicted as class K counts as wrong, which is how SalUn
+scores it), and ``model.unlearnkit_spec["num_classes"]`` is set to K+1 so the checkpoint reloads.
+The class attribute ``changes_head`` stays False because the default (pruned) keeps every shape.
+
+Deliberate differences: the shadow row uses the head's own default initialisation (``nn.Linear``),
+seeded by the method's generator, instead of the original's ``init_params``; the head is found by
+``model.unlearnkit_head`` (the original rebuilt an AllCNN ``classifier``); iterations are
+``epochs x len(forget batches)`` over fresh seeded permutations like the original's
+``inf_generator``; the batch size (the original's ``main.py`` argument) is 256, SalUn's loaders.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import UserError
+from ..models.zoo import head_of
+from ..progress import bar
+from .base import UnlearnResult, UnlearningMethod, register_method
+from .common import batches, check_finite, n_batches, set_train_mode, sgd
+
+
+def head_path(model: nn.Module) -> str:
+    path = getattr(model, "unlearnkit_head", None)
+    if path is None:
+        linears = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+        if not linears:
+            raise UserError("boundary_expand: the model has no nn.Linear classifier")
+        return linears[-1]
+    if not isinstance(head_of(model), nn.Linear):
+        raise UserError(f"boundary_expand needs an nn.Linear head, not {type(head_of(model)).__name__}")
+    return path
+
+
+def widen_head(model: nn.Module, path: str, gen: torch.Generator) -> int:
+    """Replace the Linear head at ``path`` by one with an extra output row (rows 0..K-1 copied,
+    row K a fresh ``nn.Linear`` initialisation seeded from ``gen``); returns K."""
+    old = model.get_submodule(path)
+    k = old.out_features
+    seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        new = nn.Linear(old.in_features, k + 1, bias=old.bias is not None, dtype=old.weight.dtype)
+    new = new.to(old.weight.device)
+    with torch.no_grad():
+        new.weight[:k] = old.weight
+        if old.bias is not None:
+            new.bias[:k] = old.bias
+    model.set_submodule(path, new)
+    return k
+
+
+def prune_head(model: nn.Module, path: str, k: int) -> None:
+    """Keep only the first ``k`` outputs of the Linear head at ``path``."""
+    wide = model.get_submodule(path)
+    narrow = nn.Linear(wide.in_features, k, bias=wide.bias is not None,
+                       device=wide.weight.device, dtype=wide.weight.dtype)
+    with torch.no_grad():
+        narrow.weight.copy_(wide.weight[:k])
+        if wide.bias is not None:
+            narrow.bias.copy_(wide.bias[:k])
+    model.set_submodule(path, narrow)
+
+
+@register_method("boundary_expand", "BE")
+@dataclass
+class BoundaryExpand(UnlearningMethod):
+    paper = "Chen et al., CVPR'23 'Boundary Unlearning' (Boundary Expanding)"
+    needs = frozenset({"forget"})
+    PRESETS = {"reference": {}, "small": {"lr": 1e-3, "epochs": 10, "batch_size": 64}}
+
+    lr: float = 1e-5
+    epochs: int = 10
+    batch_size: int = 256
+    prune: bool = True
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    augment: bool = False
+    bn_mode: str = "train"
+
+    def _unlearn(self, model, data, original, device, gen, progress):
+        path = head_path(model)
+        k = widen_head(model, path, gen)
+        opt = sgd(model.parameters(), self.lr, self.momentum, self.weight_decay)
+        aug = data.augment if self.augment else None
+        history, step = [], 0
+        with bar(self.epochs * n_batches(data.forget, self.batch_size), self.name, progress) as pb:
+            for epoch in range(self.epochs):
+                set_train_mode(model, self.bn_mode)
+                total = 0.0
+                for x, _ in batches(data.forget, self.batch_size, gen, device, aug):
+                    loss = F.cross_entropy(model(x), torch.full((x.shape[0],), k, device=device))
+                    check_finite(loss, self.name, step)
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt.step()
+                    total += loss.item()
+                    step += 1
+                    pb.update(1, shadow_ce=loss.item())
+                history.append({"epoch": epoch + 1, "shadow_ce": total / max(1, n_batches(data.forget, self.batch_size))})
+        if self.prune:
+            prune_head(model, path, k)
+        elif isinstance(getattr(model, "unlearnkit_spec", None), dict):
+            model.unlearnkit_spec = {**model.unlearnkit_spec, "num_classes": k + 1}
+        return UnlearnResult(model, 0.0, "completed", history)
