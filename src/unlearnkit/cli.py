@@ -142,6 +142,10 @@ def run(
     forget_classes: Optional[str] = typer.Option(None, help="classes to forget, e.g. 3 or 3,8"),
     forget_random: Optional[float] = typer.Option(None, help="random forget set: fraction (0,1) or count"),
     forget_indices: Optional[Path] = typer.Option(None, help="file of training indices to forget"),
+    task: Optional[str] = typer.Option(None, help="TARF concept task: all_matched | target_mismatch | "
+                                       "model_mismatch | data_mismatch (one --forget-classes)"),
+    concept: Optional[str] = typer.Option(None, help="fine classes of the target concept, e.g. 3,8 "
+                                          "(default: the forgotten class's superclass)"),
     methods: Optional[str] = typer.Option(None, help="comma-separated method names, or all"),
     seed: Optional[int] = typer.Option(None, help="training / unlearning seed [0]"),
     data_seed: Optional[int] = typer.Option(None, help="data split seed [0]"),
@@ -159,7 +163,7 @@ def run(
     from .config import load_config
     from .runner import print_table, run_experiment
 
-    overrides = {"dataset": dataset, "model": model, "methods": methods, "seed": seed, "data_seed": data_seed,
+    overrides = {"dataset": dataset, "model": model, "methods": methods, "task": task, "concept": concept, "seed": seed, "data_seed": data_seed,
                  "preset": preset, "test_convention": test_convention, "out": str(out) if out else None,
                  "data_dir": str(data_dir) if data_dir else None, "download": download or None,
                  "device": device, "cache_dir": str(cache_dir) if cache_dir else None,

@@ -4,6 +4,7 @@ Keys (YAML and ``unlearnkit run`` flags take the same names, dashes or underscor
 
     dataset: mnist5k            model: small_cnn         model_kwargs: {width: 32}
     forget_classes: [3]         # or forget_random: 0.1 | 100, or forget_indices: file.txt
+    task: data_mismatch         # optional TARF concept task (one forget class), concept: [3, 8]
     methods: [finetune, gradient_ascent]                 # or "all"
     method_params: {gradient_ascent: {lr: 0.001}}        # overrides of a method's preset
     preset: auto                # auto | small | reference (method defaults)
@@ -33,6 +34,8 @@ class RunConfig:
     forget_classes: list[int] = field(default_factory=list)
     forget_random: float | None = None
     forget_indices: str | None = None
+    task: str | None = None     # all_matched | target_mismatch | model_mismatch | data_mismatch (TARF)
+    concept: list[int] = field(default_factory=list)   # fine classes of the target concept (default: superclass)
     methods: list[str] = field(default_factory=lambda: ["finetune", "gradient_ascent"])
     method_params: dict = field(default_factory=dict)
     preset: str = "auto"
@@ -53,6 +56,11 @@ class RunConfig:
         if isinstance(self.forget_classes, (int, str)):
             self.forget_classes = parse_int_list(str(self.forget_classes), "forget_classes")
         self.forget_classes = [int(c) for c in self.forget_classes]
+        if isinstance(self.concept, (int, str)):
+            self.concept = parse_int_list(str(self.concept), "concept")
+        self.concept = [int(c) for c in self.concept]
+        if self.concept and not self.task:
+            raise UserError("--concept needs --task (all_matched, target_mismatch, model_mismatch, data_mismatch)")
         if self.preset not in ("auto", "small", "reference"):
             raise UserError(f"preset must be auto, small or reference, not {self.preset!r}")
         if self.test_convention not in ("salun", "purge"):

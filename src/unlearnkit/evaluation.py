@@ -47,13 +47,30 @@ def _test_parts(split, test_logits: Tensor) -> tuple[Tensor, Tensor]:
     return test_logits[f_idx], test_logits[r_idx]
 
 
+def train_rows(outputs: dict, split, part, key: str = LOGITS) -> Tensor:
+    """Rows of ``outputs`` (train_forget + train_retain) for ``part``, a subset of the training split."""
+    pos = torch.cat([split.train_forget.index, split.train_retain.index])
+    rows = torch.cat([outputs["train_forget"][key], outputs["train_retain"][key]])
+    lookup = torch.full((int(pos.max()) + 1,), -1, dtype=torch.long)
+    lookup[pos] = torch.arange(len(pos))
+    return rows[lookup[part.index]]
+
+
 def output_metrics(outputs: dict[str, dict[str, Tensor]], split, test_convention: str = "salun") -> dict:
-    """Accuracies and MIA from :func:`model_outputs` (all in percent except ``mia_auc`` in [0, 1])."""
+    """Accuracies and MIA from :func:`model_outputs` (all in percent except ``mia_auc`` in [0, 1]).
+
+    For a concept task (TARF, seed 002): ``forget_acc`` is UA over the whole target concept D_t,
+    ``ua_f``/``ua_r`` split it into D_f and the false-remaining D_fr (model mismatch: the affected
+    remaining D_ar, which should stay high), and ``retain_acc`` is over the true remaining D_r.
+    """
     if test_convention not in TEST_CONVENTIONS:
         raise ValueError(f"test_convention must be one of {TEST_CONVENTIONS}")
-    lf, lr, lt = (outputs[p][LOGITS] for p in PARTS)
+    concept = split.spec.kind == "concept"
+    lf, lt = outputs["train_forget"][LOGITS], outputs["test"][LOGITS]
+    retain = split.retrain_data
+    lr = train_rows(outputs, split, retain) if concept else outputs["train_retain"][LOGITS]
     ltf, ltr = _test_parts(split, lt)
-    yf, yr = split.train_forget.y, split.train_retain.y
+    yf, yr = split.train_forget.y, retain.y
     ytf, ytr = split.test_forget.y, split.test_retain.y
     m = {
         "forget_acc": accuracy(lf, yf),
@@ -62,6 +79,12 @@ def output_metrics(outputs: dict[str, dict[str, Tensor]], split, test_convention
         "test_retain_acc": accuracy(ltr, ytr),
         "test_acc_full": accuracy(lt, split.test.y),
     }
+    if concept:
+        target = split.extra["target"]
+        other = split.extra["affected_retain" if split.extra["task"] == "model_mismatch" else "false_retain"]
+        m["ua_f"] = m["forget_acc"]
+        m["forget_acc"] = accuracy(train_rows(outputs, split, target), target.y)
+        m["ua_r"] = accuracy(train_rows(outputs, split, other), other.y) if len(other) else math.nan
     m["test_acc"] = m["test_acc_full"] if test_convention == "purge" else m["test_retain_acc"]
     probs = lambda z: torch.softmax(z.double(), 1).numpy()  # noqa: E731
     # SalUn: shadow non-members = test (class-wise: retained classes), members = first len() retain samples

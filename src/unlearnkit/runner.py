@@ -18,7 +18,8 @@ from .checkpoints import atomic_write_text, load_checkpoint, save_checkpoint
 from .config import RunConfig
 from .data.datasets import load_dataset
 from .data.splits import ForgetSpec, make_split
-from .errors import CheckpointError
+from .data.concepts import make_concept_split
+from .errors import CheckpointError, UserError
 from .evaluation import model_outputs, output_metrics
 from .methods import METHODS, preset_for
 from .metrics.summary import gap, h_mean
@@ -30,6 +31,15 @@ SCHEMA = "unlearnkit.results/1"
 
 def forget_spec(cfg: RunConfig) -> ForgetSpec:
     return ForgetSpec(classes=tuple(cfg.forget_classes), random=cfg.forget_random, indices_file=cfg.forget_indices)
+
+
+def build_split(cfg: RunConfig, bundle):
+    """Class/sample forgetting, or a TARF concept task when ``cfg.task`` is set."""
+    if cfg.task:
+        if len(cfg.forget_classes) != 1:
+            raise UserError(f"task {cfg.task} forgets exactly one fine class: give one --forget-classes")
+        return make_concept_split(bundle, cfg.task, cfg.forget_classes[0], cfg.concept or None)
+    return make_split(bundle, forget_spec(cfg), seed=cfg.data_seed)
 
 
 def method_names(names: list[str]) -> list[str]:
@@ -73,7 +83,7 @@ def run_experiment(cfg: RunConfig, progress: bool = True) -> dict:
     names = method_names(cfg.methods)  # unknown names fail before any work
     device = resolve_device(cfg.device)
     bundle = load_dataset(cfg.dataset, cfg.data_dir, cfg.download, cfg.data_seed)
-    split = make_split(bundle, forget_spec(cfg), seed=cfg.data_seed)
+    split = build_split(cfg, bundle)
     recipe = with_overrides(default_recipe(bundle.name, cfg.model), **cfg.recipe) if cfg.recipe else \
         default_recipe(bundle.name, cfg.model)
     preset = preset_for(bundle.name, cfg.model) if cfg.preset == "auto" else cfg.preset
@@ -185,11 +195,16 @@ def table_rows(results: dict) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def describe_forget(f: dict) -> str:
+    if f["kind"] == "concept":
+        return f"{f['task']}: class {f['classes'][0]} of concept {f['concept']}"
+    return f"{f['kind']} {f['classes'] or f['random'] or f['indices_file']}"
+
+
 def results_markdown(results: dict) -> str:
     t = results["task"]
     header, rows = table_rows(results)
-    lines = [f"# unlearnkit run: {t['dataset']} / {t['model']}, forget {t['forget']['kind']} "
-             f"{t['forget']['classes'] or t['forget']['random'] or t['forget']['indices_file']}", "",
+    lines = [f"# unlearnkit run: {t['dataset']} / {t['model']}, forget {describe_forget(t['forget'])}", "",
              f"split {t['split_hash']}: {t['n_train_forget']} forget / {t['n_train_retain']} retain train samples, "
              f"test convention `{t['test_convention']}`; accuracies and MIA-efficacy in %, MIA AUC in [0,1] "
              f"(0.5 ideal), Gap = mean |diff| to retrain over forget/retain/test acc and MIA-efficacy.", "",
@@ -209,7 +224,7 @@ def print_table(results: dict) -> None:
 
     header, rows = table_rows(results)
     table = Table(title=f"{results['task']['dataset']} / {results['task']['model']}: forget "
-                        f"{results['task']['forget']['kind']}")
+                        f"{describe_forget(results['task']['forget'])}")
     for i, h in enumerate(header):
         table.add_column(h, justify="left" if i == 0 or h == "verdict" else "right")
     for r in rows:

@@ -75,6 +75,7 @@ def reference_key(kind: str, split, model_name: str, model_kwargs: dict, recipe:
     return {
         "kind": kind, "dataset": split.dataset.fingerprint(),
         "split_hash": split.split_hash if kind == "retrain" else None,
+        "label_space": split.extra.get("label_space", "fine"),
         "model": model_name, "model_kwargs": model_kwargs, "recipe": recipe.to_dict(), "seed": seed,
         "training_code": TRAINING_CODE_VERSION,
     }
@@ -109,7 +110,7 @@ def reference_model(kind: str, split, model_name: str, recipe: Recipe, seed: int
                 return Reference(model.to(device), meta, path, cached=True)
             except CheckpointError as e:
                 console.print(f"[yellow]cached {kind} model unusable ({e}); training it again[/]")
-        data = split.train if kind == "original" else split.train_retain
+        data = split.train if kind == "original" else split.retrain_data
         bundle = split.dataset
         torch.manual_seed(seed)
         model = create_model(model_name, num_classes=bundle.num_classes, in_channels=bundle.in_channels,

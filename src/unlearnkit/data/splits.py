@@ -28,6 +28,8 @@ class ForgetSpec:
     classes: tuple[int, ...] = ()
     random: float | None = None
     indices_file: str | None = None
+    task: str | None = None            # a TARF concept task (data/concepts.py); classes = (forgotten class,)
+    concept: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         given = sum([bool(self.classes), self.random is not None, self.indices_file is not None])
@@ -35,12 +37,19 @@ class ForgetSpec:
             raise UserError("give exactly one forget specification: --forget-classes, --forget-random or "
                             "--forget-indices")
         object.__setattr__(self, "classes", tuple(int(c) for c in self.classes))
+        object.__setattr__(self, "concept", tuple(int(c) for c in self.concept))
+        if self.task is not None and len(self.classes) != 1:
+            raise UserError(f"task {self.task} forgets exactly one fine class: give one --forget-classes")
 
     @property
     def kind(self) -> str:
+        if self.task is not None:
+            return "concept"
         return "classes" if self.classes else "random" if self.random is not None else "indices"
 
     def describe(self) -> str:
+        if self.kind == "concept":
+            return f"{self.task}: class {self.classes[0]} of concept {list(self.concept)}"
         if self.kind == "classes":
             return f"classes {','.join(map(str, self.classes))}"
         if self.kind == "random":
@@ -50,7 +59,7 @@ class ForgetSpec:
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "classes": list(self.classes), "random": self.random,
-                "indices_file": self.indices_file}
+                "indices_file": self.indices_file, "task": self.task, "concept": list(self.concept)}
 
 
 @dataclass
@@ -75,7 +84,15 @@ class UnlearningSplit:
 
     @property
     def forgotten_classes(self) -> tuple[int, ...]:
-        return self.spec.classes
+        """Model-space classes forgotten whole (empty for sample forgetting and superclass-model tasks)."""
+        if self.spec.kind == "concept":
+            return tuple(self.extra.get("forgotten_model_classes", ()))
+        return self.spec.classes if self.spec.kind == "classes" else ()
+
+    @property
+    def retrain_data(self) -> ArrayData:
+        """What the retrained reference trains on: D_r (= train_retain except in concept tasks)."""
+        return self.extra.get("true_retain", self.train_retain)
 
     @property
     def num_classes(self) -> int:

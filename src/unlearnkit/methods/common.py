@@ -115,3 +115,28 @@ def projection_head(in_dim: int, hidden: int, out_dim: int, gen: torch.Generator
         torch.manual_seed(seed)
         head = nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Linear(hidden, out_dim))
     return head.to(device)
+
+
+@torch.no_grad()
+def per_sample_eval(model: nn.Module, data: ArrayData, device, batch_size: int = 512) -> tuple[Tensor, Tensor]:
+    """Per-sample cross-entropy ``[N]`` and predicted class ``[N]`` of ``model`` on ``data`` (CPU tensors).
+
+    Evaluation transform, data order kept, every module in ``eval()``; each module's train/eval flag
+    is restored afterwards, so a frozen-BatchNorm training mode (``set_train_mode``) survives the check.
+    Methods use it for their own stopping rules and selections (PURGE's FA / retain-CE checks, TARF's
+    I_con), never to grade themselves.
+    """
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    losses, preds = [], []
+    try:
+        for x, y in data.batches(batch_size, device=device):
+            out = model(x)
+            losses.append(F.cross_entropy(out, y, reduction="none").float().cpu())
+            preds.append(out.argmax(1).cpu())
+    finally:
+        for m, training in modes:
+            m.training = training
+    if not losses:
+        return torch.empty(0), torch.empty(0, dtype=torch.long)
+    return torch.cat(losses), torch.cat(preds)
