@@ -38,9 +38,15 @@ VARIANTS = ("ssd", "mirage")
 @register_method("amnesiac", "Amnesiac")
 @dataclass
 class Amnesiac(UnlearningMethod):
-    paper = "Graves et al., AAAI'21 'Amnesiac machine learning' (relabelling variant of the SSD / bad-teacher benchmarks)"
+    paper = ("Graves et al., AAAI'21 'Amnesiac machine learning' "
+             "(relabelling variant of the SSD / bad-teacher benchmarks)")
     needs = frozenset({"forget", "retain"})
-    PRESETS = {"reference": {}, "small": {"lr": 1e-3, "epochs": 2, "batch_size": 64},
+    # "small" (class 3, small_cnn, batch 64; val forget / val retain acc, original 100/99.2 digits,
+    # 100/96.4 mnist5k). digits, seeds 0-2: lr 1e-4 x 3 ep 0/99.2, 3e-4 x 3 ep 0/99.5, 3e-4 x 2 ep
+    # 0/99.5, 1e-3 x 1 ep 0/99.0, 1e-3 x 2 ep 0/99.0; mirage variant lr 1e-3 x 5 ep 18/97.7.
+    # mnist5k, seed 0: lr 3e-4 x 2 ep 0/95.8 (22 s), 1e-3 x 1 ep 0/94.2, the reference lr 1e-4 x 3 ep
+    # at batch 128 0/96.1 (38 s). Chosen: lr 3e-4 x 2 epochs (same forgetting, within the time budget).
+    PRESETS = {"reference": {}, "small": {"lr": 3e-4, "epochs": 2, "batch_size": 64},
                "mirage": {"variant": "mirage", "lr": 1e-3, "epochs": 5, "batch_size": 128}}
 
     lr: float = 1e-4
@@ -79,5 +85,6 @@ class Amnesiac(UnlearningMethod):
                     total += loss.item()
                     step += 1
                     pb.update(1, loss=loss.item())
-                history.append({"epoch": epoch + 1, "loss": total / max(1, n_batches(train, self.batch_size))})
+                history.append({"epoch": epoch + 1, "samples": len(train),
+                                "loss": total / max(1, n_batches(train, self.batch_size))})
         return UnlearnResult(model, 0.0, "completed", history)

@@ -55,9 +55,15 @@ def unlearning_data(forget: ArrayData, retain: ArrayData, retain_fraction: float
 @register_method("bad_teacher", "BadT")
 @dataclass
 class BadTeacher(UnlearningMethod):
-    paper = "Chundawat et al., AAAI'23 'Can bad teaching induce forgetting?' (vikram2000b/bad-teaching-unlearning)"
+    paper = ("Chundawat et al., AAAI'23 'Can bad teaching induce forgetting?' "
+             "(vikram2000b/bad-teaching-unlearning)")
     needs = frozenset({"forget", "retain", "original"})
-    PRESETS = {"reference": {}, "small": {"lr": 1e-3, "epochs": 1, "batch_size": 64}}
+    # "small" (class 3, small_cnn, batch 64, 30 % of D_r; val forget / val retain acc, original
+    # 100/99.2 digits, 100/96.4 mnist5k). digits, seeds 0-2: lr 1e-4 x 1 ep 100/99.2, 1e-4 x 3 ep
+    # 58/99.2, 1e-3 x 1 ep 0/97.7, 1e-3 x 2 ep 0/99.0, 3e-3 x 1 ep 0/88.3. mnist5k, seed 0:
+    # lr 1e-3 x 2 ep 10/97.2 (15 s). Chosen: lr 1e-3, 2 epochs (the reference's 1e-4 x 1 epoch makes
+    # only ~8 steps on digits).
+    PRESETS = {"reference": {}, "small": {"lr": 1e-3, "epochs": 2, "batch_size": 64}}
 
     lr: float = 1e-4
     epochs: int = 1

@@ -54,7 +54,16 @@ def fgsm_pixel(model: nn.Module, x: Tensor, y: Tensor, bound: float, mean, std) 
 class BoundaryShrink(UnlearningMethod):
     paper = "Chen et al., CVPR'23 'Boundary Unlearning' (Boundary Shrink)"
     needs = frozenset({"forget", "original"})
-    PRESETS = {"reference": {}, "small": {"lr": 1e-3, "epochs": 10, "batch_size": 64}}
+    # "small" (class 3, small_cnn, batch 64, 10 epochs; val forget / val retain acc). digits, original
+    # 100/99-100, seeds 0-1 (0-2 for frozen): bn train lr 1e-5 27/98.4, 1e-4 50/98.4, 1e-3 70/96.5,
+    # 1e-2 93/42; bn frozen lr 1e-6..3e-6 100/99.2, 1e-5 67/98.4, 3e-5 58/99.0, 1e-4 62/99.2.
+    # Most of the drop in train mode is BatchNorm statistics rewritten by forget-only batches
+    # (pitfall §6.1): lr 0 in train mode already gives 27 % on digits. mnist5k (original 100/96.4):
+    # train mode lr 0 (statistics only) -> retain 46 %, lr 1e-5 0/47; frozen lr 1e-7 100/96.4,
+    # 3e-7 98/96.7, 1e-6 25/71, 3e-6 0/50 -- this model's large penultimate activations make the
+    # step very sharp, no setting forgets without hurting retain there. Chosen: the reference's own
+    # lr 1e-5 and train mode (best val numbers on digits); on mnist5k prefer bn_mode="frozen", lr 1e-6.
+    PRESETS = {"reference": {}, "small": {"lr": 1e-5, "epochs": 10, "batch_size": 64}}
 
     lr: float = 1e-5
     epochs: int = 10

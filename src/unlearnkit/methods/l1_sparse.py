@@ -35,6 +35,14 @@ def l1_alpha(alpha: float, epoch: int, epochs: int, no_l1_epochs: int) -> float:
 class L1Sparse(UnlearningMethod):
     paper = "Jia et al., NeurIPS'23 'Model sparsity can simplify machine unlearning' (FT_l1 / FT_prune)"
     needs = frozenset({"retain"})
+    # Like FT it forgets only through catastrophic forgetting, which the small CNN does not show.
+    # Measured on digits / small_cnn, class 3, batch 64, 5 epochs, val forget / val retain acc
+    # (original 100/100), seeds 0-1: alpha 1e-4 lr 0.01 100/100; alpha 1e-3 lr 0.01-0.03 100/98.4-100;
+    # alpha 2e-3 lr 0.02 96.7/98.4; alpha 5e-3 lr 0.01 96.7/99.2; alpha 1e-3 lr 0.01 x 10 ep 100/100;
+    # only the collapsing lr 0.05 / alpha 1e-3 reached 0/76.2. So the suite does not require a drop;
+    # "small" keeps the reference alpha and lr (SalUn reports class-wise l1-sparse UA well below 100
+    # on CIFAR-10 only with its ResNet-18 recipe).
+    reduces_forget_acc = False
     PRESETS = {"reference": {}, "small": {"lr": 0.01, "epochs": 5, "batch_size": 64, "alpha": 1e-4}}
 
     lr: float = 0.01

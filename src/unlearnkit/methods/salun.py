@@ -91,7 +91,12 @@ class _MaskedUpdate:
 class SalUn(UnlearningMethod):
     paper = "Fan et al., ICLR'24 'SalUn: Empowering machine unlearning via gradient-based weight saliency'"
     needs = frozenset({"forget", "retain"})
-    PRESETS = {"reference": {}, "small": {"lr": 0.02, "epochs": 3, "batch_size": 64}}
+    # "small": class 3, small_cnn, mask 0.5, batch 64, val forget / val retain acc (original 100/99-100
+    # digits, 100/96.4 mnist5k). digits, seeds 0-2: lr 0.013 x 3 ep 2.2/98.4, lr 0.02 x 2 ep 0/96.4,
+    # lr 0.02 x 3 ep 0/97.9, lr 0.05 x 2 ep 0/94.8. mnist5k, seed 0: lr 0.02 x 2 ep 0/96.1 (23 s),
+    # lr 0.02 x 3 ep 0/95.6 (47 s). Chosen: lr 0.02 x 2 epochs (full forgetting on both, mnist5k
+    # within the time budget).
+    PRESETS = {"reference": {}, "small": {"lr": 0.02, "epochs": 2, "batch_size": 64}}
 
     lr: float = 0.013
     epochs: int = 10
@@ -107,7 +112,8 @@ class SalUn(UnlearningMethod):
         opt = sgd(model.parameters(), self.lr, self.momentum, self.weight_decay)
         masked = _MaskedUpdate(model, mask, opt)
         aug = data.augment if self.augment else None
-        total = self.epochs * (n_batches(data.forget, self.batch_size) + n_batches(data.retain, self.batch_size))
+        per_epoch = n_batches(data.forget, self.batch_size) + n_batches(data.retain, self.batch_size)
+        total = self.epochs * per_epoch
         n_ones = sum(int(m.sum()) for m in mask.values())
         history = [{"epoch": 0, "mask_fraction": n_ones / max(1, sum(m.numel() for m in mask.values()))}]
         step = 0
