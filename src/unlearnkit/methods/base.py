@@ -118,6 +118,14 @@ class UnlearningMethod:
                                      f"lower its learning rate / step size")
         return result
 
+    def plugin_loss(self, model: nn.Module):
+        """The extra loss a plug-in (e.g. EC) adds at each step of this method; 0 when none is attached.
+
+        Loop-based methods that accept plug-ins add ``self.plugin_loss(model)`` to their step loss.
+        """
+        fn = getattr(self, "_plugin", None)
+        return fn(model) if fn is not None else 0.0
+
     def _unlearn(self, model: nn.Module, data: MethodData, original: nn.Module | None, device: torch.device,
                  gen: torch.Generator, progress: bool) -> UnlearnResult:
         raise NotImplementedError

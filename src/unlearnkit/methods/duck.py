@@ -18,7 +18,8 @@ Reference: Cotogni et al., "DUCK: Distance-based Unlearning via Centroid Kinemat
         (class removal "CR": 0.01; sample removal "HR": the original model's test accuracy)
     "low regime" post-phase (lambda1, lambda2 > 0): Adam(lr 1e-4), 2 epochs, cosine (T_max = 2*20*#forget
         batches, stepped per step); retain batches of 512 with train augmentation, drop_last;
-        CR: only the first forget batch per epoch, all retain batches; HR: every forget batch, 20 retain batches;
+        CR: only the first forget batch per epoch, all retain batches;
+        HR: every forget batch, 20 retain batches;
         joint forward of [x_f; x_r]; L = CE(fc(z_r)/T, y_r) + lambda1/10 * mean d(z_f, target)
     batch_fgt_ret_ratio = 40 (CIFAR-10) / 5 (CIFAR-100, TinyImageNet); lambda1 = 1, lambda2 = 1.4, T = 2
 
@@ -35,6 +36,8 @@ Deliberate differences (all documented reference quirks, reference-specs §6.14)
 - the reference runs one extra forward (no step) per forget batch before leaving the retain loop;
 - the HR stop target uses the original model's accuracy on the *validation* split (the reference's
   test accuracy), so no test data are read during unlearning.
+
+Plug-ins (``ec+duck``): :meth:`plugin_loss` is added to the loss of every step of both phases.
 """
 from __future__ import annotations
 
@@ -78,7 +81,16 @@ def accuracy_fraction(model, data, device, batch_size: int = 512) -> float:
 class DUCK(UnlearningMethod):
     paper = "Cotogni et al., DUCK: Distance-based Unlearning via Centroid Kinematics, 2023 (OcraM17/DUCK)"
     needs = frozenset({"forget", "retain", "val"})
-    PRESETS = {"reference": {}, "small": {}}
+    # small: tuned on the VAL split, class 3, small_cnn, seed 0 (val forget / val retain accuracy;
+    # original 100 / 100 on digits, 100 / 96.4 on mnist5k). DUCK reaches its target on digits with
+    # everything tried; the preset is the cheap one that keeps the reference's phases:
+    #   reference values (bs 256, ratio 40, low regime: 2 retain batches of 512): 0.0 / 99.2 (8 s);
+    #   the same without the low regime: 0.0 / 99.2 (stops after 10 epochs)
+    #   bs 64, ratio 5, low regime bs 128: 0.0 / 99.2 (4.5 s);  bs 64, ratio 2, no low regime: 0.0 / 100
+    #   bs 64, ratio 5, lr 1e-3, no low regime: 6.7 / 99.2 (stops after 1 epoch)
+    # mnist5k with the preset: 0.0 / 97.2 (train forget 2.5 % after the low regime; 64 s on a loaded
+    # 2-core machine).
+    PRESETS = {"reference": {}, "small": {"batch_size": 64, "batch_fgt_ret_ratio": 5, "low_batch_size": 128}}
 
     lr: float = 4e-4
     weight_decay: float = 0.0
@@ -124,11 +136,13 @@ class DUCK(UnlearningMethod):
                             cached.setdefault(n_fgt, tgt)
                         else:
                             tgt = cached[n_fgt][: dists.shape[0]]
-                        loss_fgt = dists[torch.arange(dists.shape[0]), tgt].mean() * self.lambda_fgt
+                        rows = torch.arange(dists.shape[0], device=dists.device)
+                        loss_fgt = dists[rows, tgt].mean() * self.lambda_fgt
                         out_r = model(xr)
                         loss_ret = F.cross_entropy(out_r / self.temperature, yr,
                                                    label_smoothing=self.label_smoothing) * self.lambda_ret
                         loss = loss_fgt + loss_ret
+                        loss = loss + self.plugin_loss(model)  # e.g. EC as a plug-in; 0 when none
                         check_finite(loss, self.name, step)
                         opt.zero_grad(set_to_none=True)
                         loss.backward()
@@ -164,10 +178,12 @@ class DUCK(UnlearningMethod):
         cents = torch.stack([embs[labs == c].mean(0) for c in classes])
         return cents, torch.tensor(classes, device=cents.device)
 
-    def _low_regime(self, model, data, centroids, cent_labels, class_removal, feats, gen, device, step, history):
+    def _low_regime(self, model, data, centroids, cent_labels, class_removal, feats, gen, device, step,
+                    history):
         n_fgt_batches = -(-len(data.forget) // self.batch_size)
         opt = torch.optim.Adam(model.parameters(), lr=self.low_lr, weight_decay=self.weight_decay)
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, self.low_epochs * 20 * n_fgt_batches))
+        t_max = max(1, self.low_epochs * 20 * n_fgt_batches)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=t_max)
         for epoch in range(self.low_epochs):
             set_train_mode(model, self.bn_mode)
             for n_fgt, (xf, yf) in enumerate(batches(data.forget, self.batch_size, gen, device)):
@@ -184,9 +200,10 @@ class DUCK(UnlearningMethod):
                     dists = pairwise_cos_dist(z[:n], centroids)
                     if n_ret == 0:
                         tgt = duck_targets(dists.detach(), cent_labels, yf)
-                    loss_fgt = dists[torch.arange(n), tgt].mean() * self.lambda_fgt / 10
+                    loss_fgt = dists[torch.arange(n, device=dists.device), tgt].mean() * self.lambda_fgt / 10
                     loss = F.cross_entropy(out[n:] / self.temperature, yr,
                                            label_smoothing=self.label_smoothing) + loss_fgt
+                    loss = loss + self.plugin_loss(model)  # e.g. EC as a plug-in; 0 when none
                     check_finite(loss, self.name, step)
                     opt.zero_grad(set_to_none=True)
                     loss.backward()

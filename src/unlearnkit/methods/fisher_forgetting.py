@@ -43,7 +43,7 @@ from torch import Tensor, nn
 from ..data.arrays import ArrayData
 from ..progress import bar
 from .base import UnlearnResult, UnlearningMethod, register_method
-from .common import check_finite, n_batches, per_sample_grads
+from .common import batches, check_finite, n_batches, per_sample_grads
 
 VARIANTS = ("reference", "mirage")
 
@@ -75,7 +75,8 @@ def head_param_names(model: nn.Module, num_classes: int) -> set[str]:
     path = getattr(model, "unlearnkit_head", None)
     if path is None:
         return {n for n, p in model.named_parameters() if p.shape[0] == num_classes}
-    return {f"{path}.{n}" for n, p in model.get_submodule(path).named_parameters() if p.shape[0] == num_classes}
+    head = model.get_submodule(path)
+    return {f"{path}.{n}" for n, p in head.named_parameters() if p.shape[0] == num_classes}
 
 
 def fisher_mean_var(theta0: Tensor, fisher: Tensor, alpha: float, is_head: bool,
@@ -147,7 +148,7 @@ class FisherForgetting(UnlearningMethod):
         bs = self.mirage_batch_size
         fisher = {n: torch.zeros_like(p) for n, p in model.named_parameters() if p.requires_grad}
         with bar(n_batches(data.forget, bs), "fisher_forgetting (mirage)", progress) as pb:
-            for step, (x, y) in enumerate(data.forget.batches(bs, shuffle=True, generator=gen, device=device)):
+            for step, (x, y) in enumerate(batches(data.forget, bs, gen, device)):
                 model.zero_grad(set_to_none=True)
                 loss = F.cross_entropy(model(x), y)
                 check_finite(loss, self.name, step)

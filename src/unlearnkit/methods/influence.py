@@ -108,7 +108,8 @@ class InfluenceUnlearning(UnlearningMethod):
                 * n_f / ((n_f + n_r) * n_r)
             pb.update(n_batches(data.retain, self.batch_size))
             v = forget_grad - retain_grad
-            k = woodfisher_ihvp(v, flat_sample_grads(model, fisher_set, self.chunk_size, device), self.damping)
+            sample_grads = flat_sample_grads(model, fisher_set, self.chunk_size, device)
+            k = woodfisher_ihvp(v, sample_grads, self.damping)
             pb.update(n_batches(fisher_set, self.chunk_size))
         check_finite(k, self.name, 0)
         with torch.no_grad():

@@ -15,8 +15,8 @@ reference's ``unlearning=True`` datasets use the test transform).
 
 ``variant="mirage"`` is Mirage's simplified re-implementation (``mirage_lib.py::ssd_unlearn``), a
 different method (reference-specs §6.11): importances are *sums* of ``|grad|`` over the D_f and the
-D_r batches (not D; shuffled loaders, batch 128), parameters with ``imp_f / (imp_r + 1e-8) > 1`` are multiplied by
-``1 - mirage_damping`` (0.9). Mirage reports it leaves forget accuracy near 88 %.
+D_r batches (not D; shuffled loaders, batch 128), parameters with ``imp_f / (imp_r + 1e-8) > 1``
+are multiplied by ``1 - mirage_damping`` (0.9). Mirage reports it leaves forget accuracy near 88 %.
 
 Deliberate differences: none in the reference variant (the unused ``lower_bound``/``exponent``
 parameters are fixed at their reference value 1).
@@ -117,7 +117,8 @@ class SelectiveSynapticDampening(UnlearningMethod):
         selected = dampen(model, imp_d, imp_f, self.selection_weighting, self.dampening_constant)
         n_sel = sum(selected.values())
         n_all = sum(v.numel() for v in imp_f.values())
-        return UnlearnResult(model, 0.0, "completed", [{"selected": n_sel, "selected_fraction": n_sel / n_all}])
+        history = [{"selected": n_sel, "selected_fraction": n_sel / n_all}]
+        return UnlearnResult(model, 0.0, "completed", history)
 
     def _mirage(self, model, data, device, gen, progress):
         bs = self.mirage_batch_size

@@ -118,7 +118,7 @@ class UNSIR(UnlearningMethod):
         classes = list(data.forgotten_classes) or sorted(set(data.forget.y.tolist()))
         kept = [c for c in range(data.num_classes) if c not in data.forgotten_classes]
         retain = first_per_class(data.retain, kept, self.retain_per_class)
-        xr = torch.cat([xb for xb, _ in retain.batches(1024)]) if len(retain) else torch.zeros(0, *retain.shape)
+        xr = torch.cat([xb for xb, _ in retain.batches(1024)] or [torch.zeros(0, *retain.shape)])
         set_train_mode(model, self.bn_mode)
         noise_x, noise_y = [], []
         for c in classes:
@@ -171,7 +171,8 @@ class UNSIR(UnlearningMethod):
                 history.append({"phase": "ascent", "epoch": epoch + 1, "forget_ce": -loss.item()})
             with torch.no_grad():
                 for p in model.parameters():
-                    p.add_(torch.randn(p.shape, generator=gen, dtype=p.dtype).to(p.device) * self.mirage_weight_noise)
+                    noise = torch.randn(p.shape, generator=gen, dtype=p.dtype).to(p.device)
+                    p.add_(noise * self.mirage_weight_noise)
             opt = torch.optim.SGD(model.parameters(), lr=self.mirage_lr * 0.1, momentum=0.9)
             for epoch in range(self.mirage_epochs):
                 for x, y in batches(data.retain, bs, gen, device):
