@@ -118,7 +118,8 @@ def projection_head(in_dim: int, hidden: int, out_dim: int, gen: torch.Generator
 
 
 @torch.no_grad()
-def per_sample_eval(model: nn.Module, data: ArrayData, device, batch_size: int = 512) -> tuple[Tensor, Tensor]:
+def per_sample_eval(model: nn.Module, data: ArrayData, device, batch_size: int = 512
+                    ) -> tuple[Tensor, Tensor]:
     """Per-sample cross-entropy ``[N]`` and predicted class ``[N]`` of ``model`` on ``data`` (CPU tensors).
 
     Evaluation transform, data order kept, every module in ``eval()``; each module's train/eval flag

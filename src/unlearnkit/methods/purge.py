@@ -95,15 +95,29 @@ def mean_softmax(model: nn.Module, data, device, batch_size: int = 512) -> Tenso
     return total / max(n, 1)
 
 
+def forget_target(target: str, original: nn.Module, retain, num_classes: int, device) -> Tensor:
+    """The ``[1, K]`` distribution the forget outputs are pulled to: p_r (``"retain_confusion"``,
+    the original's mean softmax over D_r) or ``1/K`` (``"uniform"``, the code's ``kl_uniform``)."""
+    if target == "uniform":
+        return torch.full((1, num_classes), 1.0 / num_classes, device=device)
+    return mean_softmax(original, retain, device).unsqueeze(0)
+
+
 @register_method("purge", "PURGE")
 @dataclass
 class Purge(UnlearningMethod):
     paper = ("Jawandhia et al. 2026, 'PURGE: Projected Unlearning via Retain-Guided Erasure' "
              "(vedjaw/la_purge run.py::purge_unlearn, configs/cifar10_kl_retain.yaml)")
     needs = frozenset({"forget", "retain", "original"})
-    # small: digits / small_cnn, class 3, validation split (val_forget = val accuracy on class 3,
-    # val_retain = on the other classes; original 100 / ~98; seed 0) -- see the PR report for the grid.
-    PRESETS = {"reference": {}, "small": {"lr": 0.01, "batch_size": 32, "fa_check_freq": 5}}
+    # small (small_cnn, class 3, validation split; val forget / val retain accuracy; original 100 / 99.2
+    # on digits, 100 / 96.4 on mnist5k; retrain's val forget accuracy is 0). PURGE stops itself once the
+    # train forget accuracy is <= fa_target (10 %), so it lands near, not at, 0:
+    #   lr 3e-3 (chosen): digits 0.0 / 99.2 (seeds 0, 1; fa_target at epoch 4), mnist5k 5.0 / 94.2 and
+    #     2.5 / 94.7 (seeds 0, 1; fa_target at epoch 2)
+    #   lr 5e-4, batch 128 (the YAML): digits 100 / 99.2 -- 2 steps an epoch, max_epochs reached
+    #   lr 1e-3: mnist5k 10.0 / 96.4 (epoch 4); lr 5e-3: digits 0.0 / 99.2, mnist5k 0.0 / 92.8;
+    #   lr 1e-2: mnist5k 0.0 / 64.4 (retain_budget); kd_weight 0 at lr 3e-3: mnist5k 5.0 / 67.8
+    PRESETS = {"reference": {}, "small": {"lr": 3e-3, "batch_size": 32, "fa_check_freq": 5}}
 
     lr: float = 5e-4
     epochs: int = 15
@@ -127,7 +141,8 @@ class Purge(UnlearningMethod):
 
     def _check(self) -> None:
         if self.forget_objective not in OBJECTIVES:
-            raise UserError(f"purge: forget_objective must be one of {OBJECTIVES}, not {self.forget_objective!r}")
+            raise UserError(f"purge: forget_objective must be one of {OBJECTIVES}, "
+                            f"not {self.forget_objective!r}")
         if self.target not in TARGETS:
             raise UserError(f"purge: target must be one of {TARGETS}, not {self.target!r}")
 
@@ -141,10 +156,7 @@ class Purge(UnlearningMethod):
         opt = sgd(params, self.lr, self.momentum, self.weight_decay)
         aug = data.augment if self.augment else None
 
-        if self.target == "uniform":
-            p_r = torch.full((1, k), 1.0 / k, device=device)
-        else:
-            p_r = mean_softmax(original, data.retain, device).unsqueeze(0)
+        p_r = forget_target(self.target, original, data.retain, k, device)
         retain_ce0 = per_sample_eval(model, data.retain, device)[0].mean()
         check_finite(retain_ce0, self.name, 0)
         budget = self.retain_budget_factor * float(retain_ce0)
@@ -212,7 +224,8 @@ class Purge(UnlearningMethod):
                     n_steps += 1
                     step += 1
                     pb.update(1, forget_ce=ce_f, retain_loss=loss_r.item())
-                    if self.fa_check_freq > 0 and n_steps % self.fa_check_freq == 0 and forget_acc() <= fa_target:
+                    check_now = self.fa_check_freq > 0 and n_steps % self.fa_check_freq == 0
+                    if check_now and forget_acc() <= fa_target:
                         fa_reached = True
                         break
                 fa = forget_acc()
