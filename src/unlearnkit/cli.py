@@ -157,6 +157,7 @@ def run(
     download: bool = typer.Option(False, "--download", help="download a missing torchvision dataset"),
     device: Optional[str] = typer.Option(None, help="auto | cpu | cuda | cuda:N"),
     cache_dir: Optional[Path] = typer.Option(None, help="model cache (default ~/.cache/unlearnkit/models)"),
+    audit: bool = typer.Option(True, help="run the representation audit of every model"),
     progress: bool = typer.Option(True, help="show progress bars"),
 ):
     """Train or reuse original and retrain, run the methods, evaluate, write results.json/.md."""
@@ -170,12 +171,23 @@ def run(
                  **_spec_options(forget_classes, forget_random, str(forget_indices) if forget_indices else None)}
     if epochs is not None:
         overrides["recipe"] = {"epochs": epochs}
+    if not audit:
+        overrides["audit"] = False
     cfg = load_config(config, overrides)
     if not (cfg.forget_classes or cfg.forget_random is not None or cfg.forget_indices):
         raise UserError("say what to forget: --forget-classes, --forget-random or --forget-indices")
     results = run_experiment(cfg, progress=progress)
     print_table(results)
     typer.echo(f"wrote {Path(cfg.out) / 'results.json'} and results.md")
+
+
+def _register_audit() -> None:
+    from .audit.command import audit_command
+
+    app.command("audit", help=audit_command.__doc__)(handles_errors(audit_command))
+
+
+_register_audit()
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ from .errors import CheckpointError, UserError
 from .evaluation import model_outputs, output_metrics
 from .methods import METHODS, preset_for
 from .metrics.summary import gap, h_mean
+from .models.zoo import audit_layers
 from .progress import console
 from .training import default_recipe, reference_model, resolve_device, versions, with_overrides
 
@@ -40,6 +41,25 @@ def build_split(cfg: RunConfig, bundle):
             raise UserError(f"task {cfg.task} forgets exactly one fine class: give one --forget-classes")
         return make_concept_split(bundle, cfg.task, cfg.forget_classes[0], cfg.concept or None)
     return make_split(bundle, forget_spec(cfg), seed=cfg.data_seed)
+
+
+def task_params(name: str, split, given: dict) -> dict:
+    """Task knowledge TARF's identification rule assumes (seed 002, §3.15), unless the user set it.
+
+    No false-remaining data exists in class/sample forgetting, all-matched and model-mismatch tasks,
+    so nothing is identified (``beta_rule="none"``); in target mismatch the number of D_un classes
+    belonging to the target is assumed known (per-class rule, scored by I_con, which picked the
+    right class where the accuracy score did not); data mismatch uses the top-10 % quantile rule.
+    """
+    if name != "tarf" or "beta_rule" in given:
+        return given
+    task = split.spec.task if split.spec.kind == "concept" else None
+    if task == "target_mismatch":
+        return {**given, "beta_rule": "per_class", "n_target_classes": len(split.spec.concept) - 1,
+                "class_score": given.get("class_score", "icon")}
+    if task == "data_mismatch":
+        return {**given, "beta_rule": "quantile"}
+    return {**given, "beta_rule": "none"}
 
 
 def method_names(names: list[str]) -> list[str]:
@@ -100,7 +120,7 @@ def run_experiment(cfg: RunConfig, progress: bool = True) -> dict:
         console.print(f"{ref.meta['kind']}: {'cached' if ref.cached else 'trained'} {ref.path}")
 
     models: dict[str, dict] = {}
-    layers: list[str] = []
+    layers: list[str] = audit_layers(original.model) if cfg.audit else []
 
     def record(name: str, model, runtime_s: float, extra: dict) -> dict:
         outputs = model_outputs(model, split, layers, device)
@@ -108,22 +128,38 @@ def run_experiment(cfg: RunConfig, progress: bool = True) -> dict:
         models[name] = {"metrics": metrics, "runtime_s": runtime_s, **extra}
         return outputs
 
-    record("original", original.model, original.meta["train_time_s"],
-           {"checkpoint": str(original.path), "sha256": original.meta["sha256"]})
-    record("retrain", retrain.model, retrain.meta["train_time_s"],
-           {"checkpoint": str(retrain.path), "sha256": retrain.meta["sha256"]})
+    out_o = record("original", original.model, original.meta["train_time_s"],
+                   {"checkpoint": str(original.path), "sha256": original.meta["sha256"]})
+    out_r = record("retrain", retrain.model, retrain.meta["train_time_s"],
+                   {"checkpoint": str(retrain.path), "sha256": retrain.meta["sha256"]})
+
+    def run_audit(name: str, model, outputs) -> None:
+        """The representation audit of one model against original and retrain (one forward pass reused)."""
+        if not cfg.audit:
+            return
+        from .audit import audit, write_audit
+
+        rep = audit(original.model, model, retrain.model, split, layers, device=device,
+                    outputs={"original": out_o, "unlearned": outputs, "retrained": [out_r]})
+        write_audit(rep, out / "audits" / name)
+        models[name]["audit"] = rep.to_dict()
+        console.print(f"  audit {name}: [bold]{rep.verdict}[/] ({rep.timing['total_s']:.1f}s)")
+
+    run_audit("original", original.model, out_o)
 
     for name in names:
         if name == "retrain":
             continue  # the cached reference is the retrain row
         cls = METHODS.get(name)
-        method = cls.from_preset(preset, **cfg.method_params.get(name, {}))
+        method = cls.from_preset(preset, **task_params(name, split, cfg.method_params.get(name, {})))
         model, runtime_s, stop_reason, history, path = _run_method(method, original, split, cfg, device, out,
                                                                    progress)
-        record(name, model, runtime_s, {"hyperparameters": method.params(), "preset": preset,
-                                        "needs": sorted(method.needs), "stop_reason": stop_reason,
-                                        "history": history, "checkpoint": str(path), "paper": cls.paper})
+        outputs = record(name, model, runtime_s, {"hyperparameters": method.params(), "preset": preset,
+                                                  "needs": sorted(method.needs), "stop_reason": stop_reason,
+                                                  "history": history, "checkpoint": str(path), "paper": cls.paper})
         console.print(f"{name}: {runtime_s:.1f}s ({stop_reason})")
+        run_audit(name, model, outputs)
+        del outputs
 
     ref_metrics = models["retrain"]["metrics"]
     retrain_time = models["retrain"]["runtime_s"]

@@ -16,14 +16,18 @@ def invoke(*args):
     return runner.invoke(app, [str(a) for a in args])
 
 
-def run_digits(out, cache, *extra):
-    return invoke("run", "--dataset", "digits", "--forget-classes", "3", "--methods", "finetune,GA", "--epochs", "3",
+def run_digits(out, cache, *extra, methods="finetune,GA"):
+    return invoke("run", "--dataset", "digits", "--forget-classes", "3", "--methods", methods, "--epochs", "3",
                   "--seed", "0", "--out", out, "--cache-dir", cache, "--no-progress", *extra)
 
 
 def stable(results):
-    return {name: {k: v for k, v in entry["metrics"].items() if k not in VOLATILE}
-            for name, entry in results["models"].items()}
+    out = {}
+    for name, entry in results["models"].items():
+        out[name] = {k: v for k, v in entry["metrics"].items() if k not in VOLATILE}
+        if entry.get("audit"):
+            out[name]["audit"] = {k: v for k, v in entry["audit"].items() if k != "timing"}
+    return out
 
 
 @pytest.mark.parametrize("what", ["datasets", "models", "methods", "metrics"])
@@ -52,10 +56,16 @@ def test_run_end_to_end_and_deterministic(tmp_path):
     assert (tmp_path / "a" / "models" / "gradient_ascent.pt").exists()
     # same config and seed, trained again from scratch in another cache: the same numbers
     r2 = run_digits(tmp_path / "b", tmp_path / "cache-b")
+    audit = res["models"]["gradient_ascent"]["audit"]
+    assert audit["verdict"] in ("erased", "suppressed", "collapsed", "not_forgotten", "inconclusive")
+    assert {"lpr", "delta_lpr", "delta_lpr_ci", "cka_original", "cka_retrain", "separability"} <= \
+        set(next(iter(audit["layers"].values())))
+    assert res["models"]["original"]["audit"]["verdict"] == "not_forgotten"
+    assert (tmp_path / "a" / "audits" / "gradient_ascent" / "audit.html").exists()
     assert r2.exit_code == 0, r2.output
     assert stable(res) == stable(json.loads((tmp_path / "b" / "results.json").read_text()))
     # a second run reuses the cached references and the finished methods
-    r3 = run_digits(tmp_path / "a", tmp_path / "cache-a")
+    r3 = run_digits(tmp_path / "a", tmp_path / "cache-a", "--no-audit")
     assert "original: cached" in r3.output and "gradient_ascent: reusing" in r3.output
 
 
@@ -117,11 +127,11 @@ def test_ctrl_c_keeps_finished_checkpoints(tmp_path, monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(GradientAscent, "_unlearn", interrupted)
-    r = run_digits(tmp_path / "o", tmp_path / "cache")
+    r = run_digits(tmp_path / "o", tmp_path / "cache", "--no-audit")
     assert r.exit_code == 130 and "interrupted" in r.output
     assert len(list((tmp_path / "cache").glob("*.pt"))) == 2  # original and retrain kept
     assert not (tmp_path / "o" / "results.json").exists()
     monkeypatch.undo()
-    r = run_digits(tmp_path / "o", tmp_path / "cache")
+    r = run_digits(tmp_path / "o", tmp_path / "cache", "--no-audit")
     assert r.exit_code == 0 and "original: cached" in r.output and "retrain: cached" in r.output
     assert "finetune: reusing" in r.output  # finished before the interruption

@@ -1,0 +1,122 @@
+"""What does the representation audit cost, relative to the forward passes it needs?
+
+    python benchmarks/audit_cost.py [--dataset mnist5k] [--jobs N] [--repeats 2]
+
+Trains (or reuses, through the model cache) small_cnn's original and retrained references on
+mnist5k with class 3 forgotten; the "unlearned" model is the original with that class masked at
+its output (the cost does not depend on how the model was made). In one process, after a warm-up,
+it times:
+
+* bare forward passes: the three models over the data the audit reads (train forget, train retain,
+  test), logits only: the denominator;
+* feature extraction: the same passes with every audit layer tapped (the audit's own forward part);
+* the full audit (default AuditConfig: 20 probe resplits on both audit data, bootstrap, CKA, k-NN,
+  resurfacing checks), and the audit without the resurfacing checks.
+
+It prints each wall time and its ratio to the bare passes. The goal in the issue is <= 1.3; the
+probes (2 x layers x (2 + references) x 20 logistic-regression fits) are CPU work that forward
+passes do not have, so on a small model the full audit is far above that: the numbers say by how
+much, and where the time goes.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import time
+
+import torch
+
+
+def _masked(model, classes):
+    from unlearnkit.models.zoo import head_of
+
+    m = copy.deepcopy(model)
+    with torch.no_grad():
+        for c in classes:
+            head_of(m).weight[c].zero_()
+            head_of(m).bias[c] = -1e4
+    return m
+
+
+def _best(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description="audit wall time over the forward passes it needs")
+    p.add_argument("--dataset", default="mnist5k")
+    p.add_argument("--forget-class", type=int, default=3)
+    p.add_argument("--jobs", type=int, default=None, help="AuditConfig.n_jobs for the probe fits")
+    p.add_argument("--repeats", type=int, default=2, help="best of N for every timing")
+    a = p.parse_args()
+    os.environ.setdefault("UNLEARNKIT_PROGRESS", "0")
+
+    from unlearnkit import ForgetSpec, load_dataset, make_split
+    from unlearnkit.audit import AuditConfig, audit
+    from unlearnkit.evaluation import PARTS, model_outputs
+    from unlearnkit.models.zoo import audit_layers
+    from unlearnkit.training import default_recipe, reference_model
+
+    bundle = load_dataset(a.dataset)
+    split = make_split(bundle, ForgetSpec(classes=(a.forget_class,)))
+    recipe = default_recipe(bundle.name, "small_cnn")
+    original = reference_model("original", split, "small_cnn", recipe, seed=0, progress=False).model
+    retrain = reference_model("retrain", split, "small_cnn", recipe, seed=0, progress=False).model
+    unlearned = _masked(original, (a.forget_class,))
+    models = (original, unlearned, retrain)
+    layers = audit_layers(original)
+
+    @torch.no_grad()
+    def bare():
+        for m in models:
+            m.eval()
+            for part in PARTS:
+                for xb, _ in getattr(split, part).batches(512):
+                    m(xb)
+
+    def features():
+        for m in models:
+            model_outputs(m, split, layers)
+
+    cfg = AuditConfig(n_jobs=a.jobs)
+    bare()  # warm-up (allocator, kernels)
+    audit(original, unlearned, retrain, split, config=AuditConfig(n_splits=2, n_bootstrap=10))
+    n_rows = sum(len(getattr(split, p)) for p in PARTS)
+    t_bare = _best(bare, a.repeats)
+    t_feat = _best(features, a.repeats)
+    reports = []
+    t_full = _best(lambda: reports.append(audit(original, unlearned, retrain, split, config=cfg)), a.repeats)
+    no_res = AuditConfig(n_jobs=a.jobs, bn_recalibration=False, relearn=False)
+    t_nores = _best(lambda: audit(original, unlearned, retrain, split, config=no_res), a.repeats)
+    rep = reports[-1]
+
+    print(f"{bundle.name} / small_cnn, forget class {a.forget_class}: 3 models x {n_rows} rows "
+          f"(train forget + train retain + test); torch threads {torch.get_num_threads()}, "
+          f"CPUs {os.cpu_count()}, probe jobs {a.jobs or 1}; best of {a.repeats}")
+    print(f"{'what':48s} {'wall s':>8s} {'x bare':>8s}")
+    rows = [("bare forward passes (logits only)", t_bare),
+            ("feature extraction (all audit layers + logits)", t_feat),
+            ("audit without resurfacing checks", t_nores),
+            ("full audit (default AuditConfig)", t_full)]
+    for name, t in rows:
+        print(f"{name:48s} {t:8.2f} {t / t_bare:8.2f}")
+    print(f"audit's own forward part: {rep.timing['forward_s']:.2f}s; verdict {rep.verdict} "
+          f"(rests on {rep.rests_on}); goal <= 1.3x: "
+          f"{'met' if t_full / t_bare <= 1.3 else 'not met'} by the full audit, "
+          f"{'met' if t_feat / t_bare <= 1.3 else 'not met'} by feature extraction")
+    t = rep.timing
+    print("where the full audit's time goes (s): " + ", ".join(f"{k[:-2]} {v:.1f}" for k, v in t.items()))
+    n_fits = 2 * len(layers) * 3 * cfg.n_splits
+    print(f"the rest is CPU work forward passes do not have: {n_fits} probe fits "
+          f"(2 audit data x {len(layers)} layers x 3 models x {cfg.n_splits} resplits), "
+          f"{cfg.n_bootstrap}-draw separability bootstraps, CKA, k-NN, MIA, resurfacing")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""``unlearnkit audit``: audit three checkpoints someone else produced.
+
+A plain function with typer defaults; cli.py registers it with
+``app.command("audit")(handles_errors(audit_command))``. Bad input raises
+:class:`unlearnkit.errors.UserError` (one line, exit code 2 through ``handles_errors``).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from ..errors import UserError
+
+VERDICT_STYLE = {"erased": "bold green", "suppressed": "bold yellow", "collapsed": "bold red",
+                 "not_forgotten": "bold red", "inconclusive": "bold"}
+
+
+def _int_list(text: str, what: str) -> list[int]:
+    try:
+        vals = [int(t) for t in text.replace(" ", "").split(",") if t]
+    except ValueError:
+        raise UserError(f"{what} must be comma-separated integers, e.g. 3 or 3,8; got {text!r}") from None
+    if not vals:
+        raise UserError(f"{what} is empty")
+    return vals
+
+
+def _load(path: Path, role: str, model: Optional[str], bundle):
+    from ..checkpoints import load_checkpoint
+
+    if not path.exists():
+        raise UserError(f"{role} checkpoint {path} does not exist")
+    m, meta = load_checkpoint(path, model_name=model, num_classes=bundle.num_classes,
+                              in_channels=bundle.in_channels, image_size=bundle.image_size)
+    return m, meta
+
+
+def audit_command(
+    original: Path = typer.Option(..., help="checkpoint of the original model (trained on everything)"),
+    unlearned: Path = typer.Option(..., help="checkpoint of the unlearned model to audit"),
+    retrained: List[Path] = typer.Option(
+        ..., "--retrained", help="checkpoint of a model retrained without the forget set; repeat the option "
+                                 "for several seeds (their spread can widen the tolerance)"),
+    dataset: str = typer.Option(..., help="dataset the models were trained on (unlearnkit list datasets)"),
+    forget_classes: Optional[str] = typer.Option(None, help="forgotten classes, e.g. 3 or 3,8"),
+    forget_random: Optional[float] = typer.Option(None, help="random forget set: fraction (0,1) or count "
+                                                             "(drawn with --data-seed, as when it was made)"),
+    forget_indices: Optional[Path] = typer.Option(None, help="file of forgotten training indices"),
+    model: Optional[str] = typer.Option(None, help="architecture of plain state_dict checkpoints, e.g. "
+                                                   "torchvision:resnet18 (unlearnkit checkpoints know it)"),
+    out: Path = typer.Option(Path("audit"), help="folder for audit.json, audit.md and audit.html"),
+    data_seed: int = typer.Option(0, help="seed of the train/val/test split and of a random forget set"),
+    data_dir: Path = typer.Option(Path("data"), help="where torchvision datasets live"),
+    download: bool = typer.Option(False, "--download", help="download a missing torchvision dataset"),
+    device: str = typer.Option("auto", help="auto | cpu | cuda | cuda:N"),
+    layers: Optional[str] = typer.Option(None, help="comma-separated layers [the model's audit layers]"),
+    center: bool = typer.Option(True, "--center/--no-center",
+                                help="centered linear CKA (Kornblith); --no-center reproduces Mirage's code"),
+    confidence: float = typer.Option(0.95, help="confidence of every interval and test"),
+    n_splits: int = typer.Option(20, help="probe resplits behind each ΔLPR interval"),
+    audit_data: str = typer.Option("auto", help="auto | test | train: which data the verdict rests on"),
+    resurface: bool = typer.Option(True, "--resurface/--no-resurface",
+                                   help="run the BatchNorm-recalibration and k-shot relearning checks"),
+    jobs: int = typer.Option(1, help="probe fits in parallel processes (-1: every core)"),
+):
+    """Did the unlearned model really forget? Verdict, evidence, per-layer numbers and plots."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..data.datasets import load_dataset
+    from ..data.splits import ForgetSpec, make_split
+    from ..training import resolve_device
+    from . import AuditConfig, audit, write_audit
+
+    given = [forget_classes is not None, forget_random is not None, forget_indices is not None]
+    if sum(given) != 1:
+        raise UserError("say what was forgotten with exactly one of --forget-classes, --forget-random, "
+                        "--forget-indices")
+    if not retrained:
+        raise UserError("give at least one --retrained checkpoint (a model retrained without the forget set)")
+    try:
+        config = AuditConfig(center=center, confidence=confidence, n_splits=n_splits, audit_data=audit_data,
+                             bn_recalibration=resurface, relearn=resurface, n_jobs=None if jobs == 1 else jobs)
+    except (TypeError, ValueError) as e:
+        raise UserError(str(e)) from None
+    dev = resolve_device(device)
+    bundle = load_dataset(dataset, data_dir, download, data_seed)
+    spec = ForgetSpec(classes=tuple(_int_list(forget_classes, "--forget-classes")) if forget_classes else (),
+                      random=forget_random, indices_file=str(forget_indices) if forget_indices else None)
+    split = make_split(bundle, spec, seed=data_seed)
+    console = Console()
+    m_o, meta_o = _load(original, "original", model, bundle)
+    m_u, _ = _load(unlearned, "unlearned", model, bundle)
+    refs = []
+    for path in retrained:
+        m_r, meta_r = _load(path, "retrained", model, bundle)
+        trained_on = (meta_r.get("key") or {}).get("split_hash")
+        if trained_on and trained_on != split.split_hash:
+            console.print(f"[yellow]warning: {path} was retrained on split {trained_on}, but this forget "
+                          f"request gives split {split.split_hash} (another forget set or --data-seed?)[/]")
+        refs.append(m_r.to(dev))
+    layer_list = [t for t in (layers or "").replace(" ", "").split(",") if t] or None
+    try:
+        report = audit(m_o.to(dev), m_u.to(dev), refs, split, layers=layer_list, config=config, device=dev)
+    except (KeyError, ValueError) as e:
+        raise UserError(str(e).strip("'\"")) from None
+    style = VERDICT_STYLE.get(report.verdict, "bold")
+    console.print(f"verdict: [{style}]{report.verdict}[/] (rests on the {report.rests_on} data: "
+                  f"{report.rests_on_reason})")
+    for line in report.evidence:
+        console.print(f"  - {line}", highlight=False)
+    table = Table(title=f"layers, {report.rests_on} data", show_lines=False)
+    for col in ("layer", "LPR", "ΔLPR [CI]", "sep. ratio [CI]", "CKA orig.", "CKA retr.", "tolerance"):
+        table.add_column(col)
+    for r in report.layers[report.rests_on]:
+        if r.probed:
+            d, s = r.delta_lpr, r.separability_ratio
+            table.add_row(r.layer, f"{r.lpr:.1f}", f"{d.value:+.1f} [{d.low:+.1f}, {d.high:+.1f}]",
+                          f"{s.value:.2f} [{s.low:.2f}, {s.high:.2f}]", f"{r.cka_original:.3f}",
+                          f"{r.cka_retrain:.3f}", f"{r.lpr_margin:.1f} / {r.separability_margin:.2f}x")
+        else:
+            table.add_row(r.layer, "n/a", "too few samples", "", f"{r.cka_original:.3f}",
+                          f"{r.cka_retrain:.3f}", "")
+    console.print(table)
+    paths = write_audit(report, out)
+    console.print(f"wrote {paths['json']}, {paths['md'].name} and {paths['html'].name}")
+    return report

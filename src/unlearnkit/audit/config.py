@@ -1,0 +1,208 @@
+"""AuditConfig: every threshold of the representation audit, documented with what it was set from.
+
+The defaults were calibrated on measurements, not chosen to make tests pass; ``CALIBRATION``
+below lists the numbers they come from (reproduce them with ``python -m unlearnkit.audit.calibrate``).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+from ..errors import UserError
+
+AUDIT_DATA = ("auto", "test", "train")
+CI_METHODS = ("corrected_t", "t", "percentile")
+
+CALIBRATION = """\
+Measured with ``python -m unlearnkit.audit.calibrate`` (small_cnn, default recipe, class 3 forgotten,
+data_seed 0, AuditConfig defaults: 20 resplits, 95 % corrected-t / 200-draw bootstrap intervals).
+"masked" = the original with class 3 masked at its output (head row 0, bias -1e4): it never
+predicts 3, its representation IS the original's. "retrain" = a retrained model of seed s (s = 1..4
+on digits, 1..3 on mnist5k) audited against the seed-0 retrain. ΔLPR in points, sep = separability
+ratio F_unlearned / F_retrain, [95 % interval]; the retrain columns give the range over seeds and,
+in parentheses, the largest lower interval end.
+
+digits (37 forget test / 131 forget train samples)
+data  layer        masked ΔLPR           masked sep          retrain ΔLPR (max low)   retrain sep (max low)
+test  block1       +11.3 [-3.0, +25.6]   1.89 [1.16, 2.54]   +2.7..+9.0 (-4.6)        1.09..2.23 (1.35)
+test  block2        +5.7 [+1.5,  +9.9]   2.62 [2.04, 3.13]   -0.3..+1.4 (-3.9)        0.79..1.22 (0.99)
+test  block3        +4.8 [-1.5, +11.1]   6.31 [5.11, 7.09]   -3.6..+0.4 (-5.1)        0.96..1.19 (1.03)
+test  penultimate   +3.5 [-3.5, +10.5]   5.66 [4.59, 6.53]   -5.2..-0.9 (-8.9)        1.06..1.16 (0.96)
+train block1       +12.3 [+6.8, +17.9]   3.01 [2.44, 3.64]   +2.6..+9.5 (+3.0)        1.47..3.01 (2.41)
+train block2        +6.2 [+1.5, +10.9]   2.85 [2.47, 3.24]   +1.3..+3.7 (+0.6)        0.85..1.31 (1.15)
+train block3        +2.8 [-0.1,  +5.6]   6.48 [5.68, 7.09]   -0.0..+1.5 (-0.4)        1.01..1.21 (1.10)
+train penultimate   +3.4 [+0.0,  +6.8]   5.98 [5.36, 6.51]   -1.5..+1.5 (-0.8)        1.07..1.22 (1.08)
+
+mnist5k (100 forget test / 360 forget train samples)
+test  block1        +5.2 [+1.4,  +9.0]   0.85 [0.83, 0.88]   -3.7..+7.6 (+3.6)        0.82..1.00 (0.95)
+test  block2        +3.7 [+0.1,  +7.2]   1.25 [1.19, 1.30]   -0.1..+1.9 (-2.5)        0.86..1.01 (0.97)
+test  block3        +1.3 [-0.6,  +3.2]   1.88 [1.77, 2.02]   -0.9..+0.1 (-2.7)        1.07..1.36 (1.31)
+test  penultimate   +2.7 [-0.4,  +5.9]   2.40 [2.25, 2.58]   -1.9..-0.6 (-4.8)        1.08..1.21 (1.16)
+train block1        +4.7 [+2.5,  +6.9]   0.86 [0.85, 0.88]   -1.8..+5.8 (+2.8)        0.80..0.96 (0.93)
+train block2        +2.4 [+0.2,  +4.6]   1.26 [1.23, 1.29]   -1.6..+1.6 (-0.7)        0.86..1.00 (0.98)
+train block3        +1.3 [+0.2,  +2.5]   1.89 [1.82, 1.95]   -1.0..-0.0 (-1.3)        1.07..1.35 (1.32)
+train penultimate   +3.7 [+1.6,  +5.8]   2.40 [2.30, 2.48]   -1.0..-0.6 (-2.0)        1.09..1.19 (1.16)
+
+CKA (centered) at penultimate: masked 1.000 to the original; retrain to original 0.78-0.82 (digits),
+0.92 (mnist5k); retrain to retrain 0.77-0.82 / 0.96. LPR itself: the original reaches 98-100 % at
+block3/penultimate, a retrain 92-98 %: a retrained model still separates the unseen digit linearly
+almost perfectly (saturation).
+
+Resurfacing: retrain seeds recover 0.0 % forget accuracy under both checks (digits and mnist5k). On
+digits, a gradient-ascent model (lr 1e-3, 5 epochs, BatchNorm in train mode; forget accuracy 7.6 %)
+returns to 95.4 % after BatchNorm recalibration and to 89.7 % after relearning (5 shots per class,
+10 steps, lr 0.01); an output mask with bias -10 relearns to 100 %. With lr 0.05 every model, the
+gradient-ascent one included, stayed at 0-2 %: too large a step destroys rather than relearns.
+"""
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    """Settings of :func:`unlearnkit.audit.audit`; every threshold, and what it was set from.
+
+    The numbers quoted are in ``CALIBRATION`` (module attribute): small_cnn on digits and mnist5k
+    with class 3 forgotten, a masked-head original (must be caught) and retrained models of other
+    seeds (must pass).
+
+    **Probe (Mirage, reference-specs §2.5).** ``n_splits`` stratified 70/30 resplits (``test_size``)
+    with seeds ``probe_seed`` + i (split 0 = Mirage's seed 42), StandardScaler +
+    LogisticRegression(C=``probe_C``, ``probe_max_iter``); ΔLPR's interval is the paired
+    ``ci_method`` interval at ``confidence`` (Nadeau-Bengio corrected t by default: resplits share
+    data, a plain t-interval is too narrow). ``n_jobs`` runs the fits in parallel (joblib).
+
+    **CKA.** ``center=True``: Kornblith's centered linear CKA; ``center=False`` reproduces Mirage's
+    uncentered code. One subsample of <= ``cka_max_samples`` rows (seed ``cka_seed``) for every pair.
+
+    **Audit data.** Both the test set and the training split's forget-vs-retain data are probed
+    (random/indices forgetting: Mirage's 1:1 sample-level draw of <= ``sample_level_max_per_side``
+    a side; either set capped at ``max_probe_samples`` rows by a stratified draw). With
+    ``audit_data="auto"`` the verdict rests on the test set when it holds >= ``min_test_forget``
+    (200) forgotten examples, otherwise on the training split. 200 because the deep-layer ΔLPR
+    interval was ±6-7 points with 37 test forget samples (digits), ±2.5-4 with 100 (mnist5k test)
+    and ±1.5 with 360 (mnist5k train): below ~200 it is wider than the 2-point tolerance, and the
+    training split (the data the deletion request is about) is the better evidence.
+    ``min_forget`` (10): below it nothing is certified (a 70/30 split leaves <= 3 held-out forget
+    rows; balanced accuracy then moves in steps of >= 16 points).
+
+    **Tolerances (representation).** Each layer's excess over retrain is judged by two statistics:
+    ΔLPR, and the Fisher separability ratio F_unlearned / F_retrain (bootstrap interval), which
+    does not saturate. ΔLPR alone does NOT suffice: a retrained model separates an unseen digit at
+    92-98 % LPR, the masked original at 98-100 %, so the masked original's deep-layer ΔLPR was only
+    +1.3..+3.7 points and the lower end of its interval never cleared the 2-point tolerance (it was
+    <= 0 on 5 of the 8 layer x data x dataset cells), while its separability ratio was 1.9-6.5x at
+    block3/penultimate against 0.96-1.36x for retrained seeds. A layer counts as residual when the
+    lower end of an interval exceeds its tolerance:
+
+    * deep layers (the last half of the audit layers: block3, penultimate for small_cnn):
+      ``lpr_margin`` = 2.0 points (largest retrain-vs-retrain |ΔLPR| measured at a deep layer: 1.9)
+      and ``separability_margin`` = 1.6x (geometric midpoint of the largest retrain ratio, 1.36, and
+      the smallest masked ratio, 1.88, both mnist5k block3);
+    * shallow layers (the first ``shallow_layers``, default half): ``shallow_lpr_margin`` = 10
+      points and ``shallow_separability_margin`` = 4.0x, because retrained seeds disagree most there
+      (block1 on digits: ΔLPR up to +9.5 with a lower interval end of +3.0, separability up to
+      3.0x); on these data the shallow layers therefore never decide, the deep ones catch the
+      masked original;
+    * with k >= 2 retrained references, each layer's tolerances become max(default,
+      ``spread_factor`` (2) x the largest deviation of one reference from the mean of the others):
+      the spread only widens them (two seeds can agree by chance: 1.15x at block1 while a third
+      seed differed by 1.6x).
+
+    Sample-level forgetting counts deviations in both directions. A positive control guards
+    ``erased``: the original, measured the same way, must itself exceed the tolerance somewhere
+    and the unlearned model's interval must stay below the original's level there; otherwise the
+    verdict is ``inconclusive``, with a rough forget-set size that would decide (intervals narrow
+    as 1/sqrt(n)).
+
+    **Output level.** ``collapse_margin`` = 20 points: retain / test-retain accuracy, or the
+    penultimate k-NN (``knn_k`` = 20) test-retain accuracy, this far below retrain's is
+    ``collapsed`` (weights noised by 1.0 x their std: retain accuracy 21 % digits, 15 % mnist5k; by
+    0.3 x: 8 points below, not collapsed). ``not_forgotten_margin`` = 10 points of forget accuracy
+    above retrain's, also significant by a one-sided two-proportion z-test.
+
+    **Resurfacing.** ``bn_recalibration``: BatchNorm statistics re-estimated on ``bn_samples`` =
+    1024 retained training rows (PURGE's momentum-0.1 recalibration effectively averages the last
+    ~10 batches of 128); ``relearn``: ``relearn_steps`` = 10 SGD steps, lr ``relearn_lr`` = 0.01,
+    on ``relearn_k`` = 5 examples per class; forget accuracy after either attack is measured on at
+    most ``resurface_max_forget`` = 1000 forget rows. Either one recovering forget accuracy more than
+    ``resurface_margin`` = 20 points above what retrain recovers under the same attack makes the
+    verdict ``suppressed`` (measured: retrain 0 %, a gradient-ascent model 95 % / 90 %).
+
+    ``batch_size`` is the forward-pass batch.
+    """
+
+    # --- linear probe (Mirage protocol, reference-specs §2.5) -------------------------------
+    n_splits: int = 20
+    confidence: float = 0.95
+    test_size: float = 0.3
+    probe_seed: int = 42
+    probe_C: float = 1.0
+    probe_max_iter: int = 1000
+    ci_method: str = "corrected_t"
+    # --- CKA -----------------------------------------------------------------------------------
+    center: bool = True
+    cka_max_samples: int = 5000
+    cka_seed: int = 0
+    # --- which data the probes read --------------------------------------------------------------
+    audit_data: str = "auto"
+    min_test_forget: int = 200
+    max_probe_samples: int = 10000
+    sample_level_max_per_side: int = 2500
+    min_forget: int = 10
+    # --- tolerances of the representation verdict -----------------------------------------------
+    lpr_margin: float = 2.0
+    separability_margin: float = 1.6
+    shallow_lpr_margin: float = 10.0
+    shallow_separability_margin: float = 4.0
+    shallow_layers: int | None = None
+    spread_factor: float = 2.0
+    n_bootstrap: int = 200
+    # --- output-level verdicts -----------------------------------------------------------------
+    collapse_margin: float = 20.0
+    not_forgotten_margin: float = 10.0
+    # --- k-NN (EC) -----------------------------------------------------------------------------
+    knn_k: int = 20
+    # --- resurfacing checks ----------------------------------------------------------------------
+    bn_recalibration: bool = True
+    bn_samples: int = 1024
+    relearn: bool = True
+    relearn_k: int = 5
+    relearn_steps: int = 10
+    relearn_lr: float = 0.01
+    resurface_margin: float = 20.0
+    resurface_max_forget: int = 1000
+    # --- execution -------------------------------------------------------------------------------
+    batch_size: int = 512
+    n_jobs: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.audit_data not in AUDIT_DATA:
+            raise UserError(f"audit_data must be one of {', '.join(AUDIT_DATA)}, not {self.audit_data!r}")
+        if self.ci_method not in CI_METHODS:
+            raise UserError(f"ci_method must be one of {', '.join(CI_METHODS)}, not {self.ci_method!r}")
+        if not 0.5 <= self.confidence < 1.0:
+            raise UserError(f"confidence must be in [0.5, 1), got {self.confidence}")
+        if self.n_splits < 2:
+            raise UserError(f"n_splits must be at least 2 (a CI needs a spread), got {self.n_splits}")
+        if not 0.0 < self.test_size < 1.0:
+            raise UserError(f"test_size must be in (0, 1), got {self.test_size}")
+        if self.separability_margin < 1.0:
+            raise UserError("separability_margin is a ratio to retrain and must be >= 1")
+        if self.shallow_separability_margin < 1.0:
+            raise UserError("separability margins are ratios to retrain and must be >= 1")
+        if self.shallow_layers is not None and self.shallow_layers < 0:
+            raise UserError("shallow_layers must be >= 0")
+        for name in ("lpr_margin", "shallow_lpr_margin", "spread_factor", "collapse_margin",
+                     "not_forgotten_margin", "resurface_margin"):
+            if getattr(self, name) < 0:
+                raise UserError(f"{name} must be >= 0")
+        for name in ("cka_max_samples", "max_probe_samples", "sample_level_max_per_side", "min_forget",
+                     "knn_k", "bn_samples", "resurface_max_forget", "relearn_k", "relearn_steps",
+                     "batch_size", "n_bootstrap", "min_test_forget"):
+            if getattr(self, name) < 1:
+                raise UserError(f"{name} must be >= 1")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]

@@ -1,0 +1,123 @@
+"""AuditReport: the verdict, its evidence and every number behind it; ``to_dict`` for results.json."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .config import AuditConfig
+from .layers import Interval, LayerResult
+
+SCHEMA = "unlearnkit.audit/1"
+
+
+def json_safe(obj: Any) -> Any:
+    """Plain JSON types only: NaN/inf -> None, numpy scalars/arrays -> Python, tuples -> lists."""
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return json_safe(obj.tolist())
+    if isinstance(obj, (bool, np.bool_)):
+        return bool(obj)
+    if isinstance(obj, (int, np.integer)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        f = float(obj)
+        return f if math.isfinite(f) else None
+    if obj is None or isinstance(obj, str):
+        return obj
+    if isinstance(obj, Interval):
+        return json_safe([obj.low, obj.high])
+    if hasattr(obj, "to_dict"):
+        return json_safe(obj.to_dict())
+    return str(obj)
+
+
+def _iv(i: Interval | None) -> tuple[float | None, list | None]:
+    if i is None:
+        return None, None
+    return i.value, [i.low, i.high]
+
+
+def layer_dict(r: LayerResult) -> dict:
+    d_lpr, d_lpr_ci = _iv(r.delta_lpr)
+    d_o, d_o_ci = _iv(r.delta_lpr_original)
+    d_au, d_au_ci = _iv(r.delta_auroc)
+    s_r, s_r_ci = _iv(r.separability_ratio)
+    s_o, s_o_ci = _iv(r.separability_ratio_original)
+    return {
+        "lpr": r.lpr, "delta_lpr": d_lpr, "delta_lpr_ci": d_lpr_ci,
+        "cka_original": r.cka_original, "cka_retrain": r.cka_retrain, "separability": r.separability,
+        "lpr_auroc": r.lpr_auroc, "lpr_retrained": r.lpr_retrained, "lpr_original": r.lpr_original,
+        "delta_lpr_original": d_o, "delta_lpr_original_ci": d_o_ci,
+        "delta_auroc": d_au, "delta_auroc_ci": d_au_ci,
+        "separability_retrained": r.separability_retrained, "separability_original": r.separability_original,
+        "separability_ratio": s_r, "separability_ratio_ci": s_r_ci,
+        "separability_ratio_original": s_o, "separability_ratio_original_ci": s_o_ci,
+        "cka_retrain_original": r.cka_retrain_original, "cka_between_retrained": r.cka_between_retrained,
+        "lpr_margin": r.lpr_margin, "separability_margin": r.separability_margin,
+        "margin_source": r.margin_source, "probed": r.probed,
+    }
+
+
+@dataclass
+class AuditReport:
+    """What :func:`unlearnkit.audit.audit` found. ``layers`` holds both audit data choices
+    (``{"test": [...], "train": [...]}``); the verdict rests on ``rests_on``."""
+
+    verdict: str
+    evidence: list[str]
+    rests_on: str
+    rests_on_reason: str
+    layers: dict[str, list[LayerResult]]
+    audit_data: dict[str, dict]
+    models: dict[str, dict]
+    resurfacing: dict
+    config: AuditConfig
+    sample_level: bool
+    penultimate: str
+    n_forget_needed: int | None = None
+    embedding: dict = field(default_factory=dict, repr=False)
+    timing: dict = field(default_factory=dict)
+    task: dict = field(default_factory=dict)
+
+    def layer(self, name: str, data: str | None = None) -> LayerResult:
+        for r in self.layers[data or self.rests_on]:
+            if r.layer == name:
+                return r
+        raise KeyError(name)
+
+    @property
+    def layer_names(self) -> list[str]:
+        return [r.layer for r in self.layers[self.rests_on]]
+
+    def to_dict(self) -> dict:
+        """JSON-safe dict for results.json's ``audit`` key (no NaN: missing numbers are None)."""
+        return json_safe({
+            "schema": SCHEMA,
+            "verdict": self.verdict,
+            "evidence": list(self.evidence),
+            "rests_on": self.rests_on,
+            "rests_on_reason": self.rests_on_reason,
+            "n_forget_needed": self.n_forget_needed,
+            "layers": {r.layer: layer_dict(r) for r in self.layers[self.rests_on]},
+            "audit_data": {name: {**self.audit_data[name], "layers": {r.layer: layer_dict(r) for r in rs}}
+                           for name, rs in self.layers.items()},
+            "models": self.models,
+            "resurfacing": {k: v.to_dict() for k, v in self.resurfacing.items()},
+            "cka": "centered (Kornblith 2019)" if self.config.center else "uncentered (Mirage code)",
+            "sample_level": self.sample_level,
+            "penultimate_layer": self.penultimate,
+            "task": self.task,
+            "config": self.config.to_dict(),
+            "timing": self.timing,
+        })
+
+    def summary(self) -> str:
+        lines = [f"verdict: {self.verdict} (rests on the {self.rests_on} data: {self.rests_on_reason})"]
+        lines += [f"  - {e}" for e in self.evidence]
+        return "\n".join(lines)

@@ -1,0 +1,169 @@
+"""Resurfacing checks: does cheap tampering bring the forgotten data back?
+
+Beyond Mirage, two attacks from the unlearning literature, each run on a *copy* of the unlearned
+model and, with the same settings, on the retrained reference(s), so the number to read is the
+excess over retrain (a retrained model relearns a little too):
+
+* **BatchNorm recalibration** (PURGE, reference-specs §6 pitfall 1: +88 points of forget accuracy
+  on frozen-BN methods): reset every BatchNorm's running statistics and re-estimate them on
+  retained training data with train-mode forward passes (``momentum=None``: a cumulative average,
+  no gradient), then measure forget accuracy in ``eval()``. Forgetting that lives in stale
+  normalisation statistics comes back.
+* **k-shot relearning**: fine-tune a copy for ``relearn_steps`` full-batch SGD steps (lr
+  ``relearn_lr``, momentum 0.9, BatchNorm/dropout in eval mode) on ``relearn_k`` training
+  examples of each forgotten class plus ``relearn_k`` of each retained class (so predicting the
+  forgotten class everywhere does not pay), then measure accuracy on the other forget samples.
+  Class forgetting only: a random forget set has no class of its own to relearn.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..metrics import accuracy
+from ..models.features import LOGITS, extract
+from .config import AuditConfig
+
+
+@dataclass
+class ResurfaceResult:
+    name: str
+    applicable: bool
+    note: str = ""
+    forget_acc_before: float | None = None         # the unlearned model, untouched
+    forget_acc_after: float | None = None          # the unlearned model after the attack
+    retrain_forget_acc_after: float | None = None  # mean over retrained references after the attack
+    excess: float | None = None                    # after - retrain after (percentage points)
+    resurfaced: bool = False
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in ("applicable", "note", "forget_acc_before", "forget_acc_after",
+                                               "retrain_forget_acc_after", "excess", "resurfaced")}
+
+
+def _forget_acc(model: nn.Module, data, config: AuditConfig, device) -> float:
+    logits = extract(model, data, [LOGITS], config.batch_size, device)[LOGITS]
+    return accuracy(logits, data.y)
+
+
+def _capped(data, n: int, seed: int):
+    """At most ``n`` rows of ``data`` (a seeded draw), to keep the checks' forward passes cheap."""
+    if len(data) <= n:
+        return data
+    rows = np.sort(np.random.RandomState(seed).choice(len(data), n, replace=False))
+    return data.subset(torch.from_numpy(rows))
+
+
+def batchnorm_layers(model: nn.Module) -> list[nn.modules.batchnorm._BatchNorm]:
+    return [m for m in model.modules()
+            if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+
+
+@torch.no_grad()
+def recalibrate_batchnorm(model: nn.Module, data, n_samples: int = 2048, batch_size: int = 512,
+                          device=None, seed: int = 0) -> nn.Module:
+    """A copy of ``model`` whose BatchNorm running statistics are re-estimated on ``data``.
+
+    Statistics are reset, ``momentum=None`` (cumulative average over all batches), and only the
+    BatchNorm layers run in train mode (dropout stays off); ``n_samples`` rows drawn with ``seed``.
+    """
+    m = copy.deepcopy(model)
+    device = device or next(m.parameters()).device
+    m.to(device)
+    bns = batchnorm_layers(m)
+    rows = np.sort(np.random.RandomState(seed).choice(len(data), min(n_samples, len(data)), replace=False))
+    sub = data.subset(torch.from_numpy(rows))
+    m.eval()
+    for bn in bns:
+        bn.reset_running_stats()
+        bn.momentum = None
+        bn.train()
+    for xb, _ in sub.batches(batch_size, device=device):
+        if xb.shape[0] > 1:  # a single row has no batch variance
+            m(xb)
+    m.eval()
+    return m
+
+
+def bn_recalibration_check(unlearned: nn.Module, refs: list[nn.Module], split, before: float,
+                           config: AuditConfig, device) -> ResurfaceResult:
+    if not batchnorm_layers(unlearned):
+        return ResurfaceResult("bn_recalibration", False, "the model has no BatchNorm layer")
+    forget = _capped(split.train_forget, config.resurface_max_forget, config.probe_seed)
+
+    def attacked(model: nn.Module) -> float:
+        m = recalibrate_batchnorm(model, split.train_retain, config.bn_samples, config.batch_size, device,
+                                  config.probe_seed)
+        return _forget_acc(m, forget, config, device)
+
+    after = attacked(unlearned)
+    ref_after = float(np.mean([attacked(r) for r in refs])) if all(batchnorm_layers(r) for r in refs) \
+        else float(np.mean([_forget_acc(r, forget, config, device) for r in refs]))
+    excess = after - ref_after
+    return ResurfaceResult(
+        "bn_recalibration", True,
+        f"BatchNorm statistics re-estimated on {min(config.bn_samples, len(split.train_retain))} retained "
+        f"training samples; forget accuracy on {len(forget)} forget samples",
+        before, after, ref_after, excess, bool(excess > config.resurface_margin and after - before > 0))
+
+
+def _few_shot_rows(y: np.ndarray, k: int, rng: np.random.RandomState) -> np.ndarray:
+    rows = []
+    for c in np.unique(y):
+        idx = np.flatnonzero(y == c)
+        rows.append(rng.choice(idx, min(k, idx.size), replace=False))
+    return np.sort(np.concatenate(rows)) if rows else np.zeros(0, dtype=np.int64)
+
+
+def relearn_copy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, lr: float) -> nn.Module:
+    """A copy of ``model`` after ``steps`` full-batch SGD steps on (x, y), in eval mode."""
+    m = copy.deepcopy(model)
+    m.eval()  # BatchNorm statistics frozen, dropout off: only the weights move
+    for p in m.parameters():
+        p.requires_grad_(True)
+    opt = torch.optim.SGD(m.parameters(), lr=lr, momentum=0.9)
+    with torch.enable_grad():
+        for _ in range(steps):
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(m(x), y).backward()
+            opt.step()
+    return m
+
+
+def relearn_check(unlearned: nn.Module, refs: list[nn.Module], split, before: float, sample_level: bool,
+                  config: AuditConfig, device) -> ResurfaceResult:
+    if sample_level:
+        return ResurfaceResult("relearn", False, "sample-level forgetting: no forgotten class to relearn")
+    rng = np.random.RandomState(config.probe_seed)
+    yf, yr = split.train_forget.y.numpy(), split.train_retain.y.numpy()
+    f_rows = _few_shot_rows(yf, config.relearn_k, rng)
+    held = np.setdiff1d(np.arange(len(yf)), f_rows)
+    if held.size == 0:
+        return ResurfaceResult("relearn", False, f"the forget set has no sample left after the "
+                                                 f"{f_rows.size} relearning shots")
+    r_rows = _few_shot_rows(yr, config.relearn_k, rng)
+    device = device or next(unlearned.parameters()).device
+    shots_f = split.train_forget.subset(torch.from_numpy(f_rows))
+    shots_r = split.train_retain.subset(torch.from_numpy(r_rows))
+    x = torch.cat([shots_f.normalize(shots_f.x), shots_r.normalize(shots_r.x)]).to(device)
+    y = torch.cat([shots_f.y, shots_r.y]).to(device)
+    held_data = _capped(split.train_forget.subset(torch.from_numpy(held)), config.resurface_max_forget,
+                        config.probe_seed)
+
+    def attacked(model: nn.Module) -> float:
+        return _forget_acc(relearn_copy(model, x, y, config.relearn_steps, config.relearn_lr), held_data,
+                           config, device)
+
+    after = attacked(unlearned)
+    ref_after = float(np.mean([attacked(r) for r in refs]))
+    excess = after - ref_after
+    return ResurfaceResult(
+        "relearn", True,
+        f"{config.relearn_steps} SGD steps (lr {config.relearn_lr:g}) on {f_rows.size} forget + "
+        f"{r_rows.size} retained examples; accuracy on {len(held_data)} other forget samples",
+        before, after, ref_after, excess, bool(excess > config.resurface_margin))

@@ -1,0 +1,77 @@
+"""`unlearnkit audit` as the CLI registers it: app.command("audit")(handles_errors(audit_command))."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import typer
+from audit_helpers import masked_head
+from typer.testing import CliRunner
+
+from unlearnkit import create_model, save_checkpoint
+from unlearnkit.audit.command import audit_command
+from unlearnkit.cli import handles_errors
+
+
+@pytest.fixture(scope="module")
+def app():
+    a = typer.Typer()
+    a.command("audit")(handles_errors(audit_command))
+    a.command("noop")(lambda: None)  # two commands: `audit` stays a subcommand, as in cli.py
+    return a
+
+
+@pytest.fixture(scope="module")
+def ckpts(original, retrain0, retrain1, tmp_path_factory):
+    d = tmp_path_factory.mktemp("ckpts")
+    paths = {}
+    for name, m in (("original", original), ("unlearned", masked_head(original)), ("r0", retrain0),
+                    ("r1", retrain1)):
+        paths[name] = d / f"{name}.pt"
+        save_checkpoint(m, paths[name], {"kind": name})
+    five = create_model("small_cnn", num_classes=5, in_channels=1, image_size=8)
+    paths["five"] = d / "five.pt"
+    save_checkpoint(five, paths["five"], {})
+    return paths
+
+
+def _args(ckpts, out, *extra, unlearned="unlearned"):
+    return ["audit", "--original", str(ckpts["original"]), "--unlearned", str(ckpts[unlearned]),
+            "--retrained", str(ckpts["r0"]), "--dataset", "digits", "--out", str(out), *extra]
+
+
+def test_audit_command_prints_the_verdict_and_writes_three_files(app, ckpts, tmp_path):
+    out = tmp_path / "audit"
+    res = CliRunner().invoke(app, _args(ckpts, out, "--retrained", str(ckpts["r1"]), "--forget-classes", "3",
+                                        "--n-splits", "3", "--no-resurface", "--device", "cpu"))
+    assert res.exit_code == 0, res.output
+    assert "verdict: suppressed" in res.output
+    assert "penultimate" in res.output
+    assert sorted(p.name for p in out.iterdir()) == ["audit.html", "audit.json", "audit.md"]
+    d = json.loads((out / "audit.json").read_text())
+    assert d["verdict"] == "suppressed"
+    assert d["models"]["retrained"]["n"] == 2  # --retrained is repeatable
+    assert d["config"]["n_splits"] == 3 and d["resurfacing"] == {}
+
+
+@pytest.mark.parametrize("extra, unlearned, message", [
+    (["--forget-classes", "12"], "unlearned", "out of range"),
+    ([], "unlearned", "exactly one of --forget-classes"),
+    (["--forget-classes", "3", "--forget-random", "0.1"], "unlearned", "exactly one of"),
+    (["--forget-classes", "3"], "five", "5 classes"),
+    (["--forget-classes", "x"], "unlearned", "comma-separated integers"),
+    (["--forget-classes", "3", "--audit-data", "both"], "unlearned", "audit_data"),
+])
+def test_bad_input_is_one_line_and_exit_code_2(app, ckpts, tmp_path, extra, unlearned, message):
+    res = CliRunner().invoke(app, _args(ckpts, tmp_path / "o", *extra, unlearned=unlearned))
+    assert res.exit_code == 2, res.output
+    assert "error:" in res.output and message in res.output
+    assert "Traceback" not in res.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_missing_checkpoint_is_a_user_error(app, ckpts, tmp_path):
+    args = _args(ckpts, tmp_path / "o", "--forget-classes", "3")
+    args[args.index("--original") + 1] = str(tmp_path / "nope.pt")
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2 and "does not exist" in res.output

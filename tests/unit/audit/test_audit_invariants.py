@@ -1,0 +1,150 @@
+"""The audit leaves models untouched, reuses a forward pass, agrees with the metric it extends."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from audit_helpers import FAST, masked_head
+
+from unlearnkit.audit import AuditConfig, audit
+from unlearnkit.errors import UserError
+
+
+def _snapshot(model):
+    return ({k: v.detach().clone() for k, v in model.state_dict().items()},
+            [(n, m.training) for n, m in model.named_modules()],
+            [p.requires_grad for p in model.parameters()],
+            [getattr(m, "momentum", None) for m in model.modules()])
+
+
+def _same(model, snap):
+    state, modes, grads, momenta = snap
+    now = model.state_dict()
+    assert now.keys() == state.keys()
+    for k, v in state.items():
+        assert torch.equal(now[k], v), k
+    assert [(n, m.training) for n, m in model.named_modules()] == modes
+    assert [p.requires_grad for p in model.parameters()] == grads
+    assert [getattr(m, "momentum", None) for m in model.modules()] == momenta
+
+
+def _no_hooks(model):
+    for name, m in model.named_modules():
+        assert not m._forward_hooks and not m._forward_pre_hooks, name
+
+
+def test_audit_does_not_mutate_models_and_removes_its_hooks(original, retrain0, audit_split):
+    unlearned = masked_head(original)
+    unlearned.train()  # the audit must evaluate in eval mode and give the mode back
+    snaps = {id(m): _snapshot(m) for m in (original, unlearned, retrain0)}
+    # resurfacing on: it must work on copies (BN statistics, SGD steps); uncentered CKA (Mirage)
+    rep = audit(original, unlearned, retrain0, audit_split,
+                config=AuditConfig(n_splits=3, center=False, bn_samples=256, relearn_steps=3))
+    for m in (original, unlearned, retrain0):
+        _same(m, snaps[id(m)])
+        _no_hooks(m)
+    assert rep.to_dict()["cka"].startswith("uncentered")
+    assert rep.layer("penultimate").cka_original == pytest.approx(1.0)  # same features, any CKA
+    unlearned.eval()
+
+
+def test_precomputed_outputs_are_reused_without_a_forward_pass(original, retrain0, audit_split):
+    from unlearnkit.evaluation import model_outputs
+
+    unlearned = masked_head(original)
+    layers = ["block3", "penultimate"]
+    cfg = AuditConfig(**FAST)
+    fresh = audit(original, unlearned, retrain0, audit_split, layers=layers, config=cfg)
+    outs = {"original": model_outputs(original, audit_split, layers),
+            "unlearned": model_outputs(unlearned, audit_split, layers),
+            "retrained": [model_outputs(retrain0, audit_split, layers)]}
+    calls = []
+    handles = [m.register_forward_pre_hook(lambda *a: calls.append(1))
+               for m in (original, unlearned, retrain0)]
+    try:
+        rep = audit(original, unlearned, retrain0, audit_split, layers=layers, outputs=outs, config=cfg)
+    finally:
+        for h in handles:
+            h.remove()
+    assert calls == []  # no forward pass: everything came from `outputs`
+    # the same numbers as the audit that ran its own forward passes
+    da, db = rep.to_dict(), fresh.to_dict()
+    da.pop("timing"), db.pop("timing")
+    assert da == db
+    assert rep.layer_names == layers
+
+
+def test_delta_lpr_matches_the_metric_it_extends(rep_erased, original, retrain0, retrain1, audit_split):
+    """With one reference, ΔLPR and its CI are exactly metrics.paired_delta_lpr on the same rows."""
+    from unlearnkit.audit.data import train_data
+    from unlearnkit.evaluation import model_outputs
+    from unlearnkit.metrics import paired_delta_lpr
+
+    data = train_data(audit_split, AuditConfig())
+    x_u = data.features(model_outputs(retrain1, audit_split, ["penultimate"]), "penultimate")
+    x_r = data.features(model_outputs(retrain0, audit_split, ["penultimate"]), "penultimate")
+    ref = paired_delta_lpr(x_u, x_r, data.is_forget, n_splits=20, seed=42)
+    got = rep_erased.layer("penultimate", "train")
+    assert got.delta_lpr.value == pytest.approx(ref.delta)
+    assert got.delta_lpr.low == pytest.approx(ref.ci_low) and got.delta_lpr.high == pytest.approx(ref.ci_high)
+    assert got.lpr == pytest.approx(ref.lpr_unlearned)
+
+
+def test_train_data_protocols(audit_split, tiny_split):
+    from unlearnkit.audit.data import test_data, train_data
+
+    cfg = AuditConfig()
+    d = train_data(audit_split, cfg)  # class forgetting: all forget vs all retained training rows
+    assert (d.n_forget, d.n_retain) == (len(audit_split.train_forget), len(audit_split.train_retain))
+    t = test_data(audit_split, cfg)
+    assert t.n_forget == len(audit_split.test_forget) and t.n_forget + t.n_retain == len(audit_split.test)
+    capped = train_data(audit_split, AuditConfig(max_probe_samples=300))
+    assert capped.is_forget.size == 300
+    assert abs(capped.n_forget / 300 - d.n_forget / d.is_forget.size) < 0.01  # the forget share is kept
+    s = train_data(tiny_split, cfg)  # sample-level: Mirage's 1:1 draw
+    assert s.sample_level and s.n_forget == s.n_retain == 3
+    assert test_data(tiny_split, cfg) is None
+
+
+@pytest.mark.parametrize("bad", [dict(audit_data="both"), dict(confidence=1.5), dict(n_splits=1),
+                                 dict(separability_margin=0.5), dict(ci_method="bootstrap"), dict(knn_k=0)])
+def test_bad_config_is_a_user_error(bad):
+    with pytest.raises(UserError):
+        AuditConfig(**bad)
+
+
+def test_retrained_must_be_models(original, audit_split):
+    with pytest.raises(ValueError):
+        audit(original, original, [], audit_split, config=AuditConfig(**FAST))
+
+
+def test_the_audit_never_imports_methods():
+    """The auditor must not know how a model was made (design.md: audit never imports methods)."""
+    import unlearnkit.audit as pkg
+
+    for path in Path(pkg.__file__).parent.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                mod = ("." * node.level) + (node.module or "")
+                assert "methods" not in mod.split("."), (path.name, mod)
+            elif isinstance(node, ast.Import):
+                assert not any("methods" in a.name.split(".") for a in node.names), path.name
+
+
+def test_parallel_probe_fits_give_the_same_numbers():
+    from unlearnkit.audit.probing import make_splits, probe_scores
+
+    rng = np.random.RandomState(0)
+    y = np.r_[np.ones(30, bool), np.zeros(90, bool)]
+    xs = [rng.randn(120, 8) + 0.8 * y[:, None] * k for k in (0, 1)]
+    cfg = AuditConfig(n_splits=4)
+    splits = make_splits(y, cfg)
+    seq = probe_scores(xs, y, splits, cfg)
+    par = probe_scores(xs, y, splits, AuditConfig(n_splits=4, n_jobs=2))
+    for a, b in zip(seq, par):
+        assert np.array_equal(a.bacc, b.bacc) and np.array_equal(a.auroc, b.auroc)
+    assert seq[1].bacc.mean() > seq[0].bacc.mean()  # the shifted features are separable, noise is not

@@ -1,0 +1,83 @@
+"""The report: results.json's `audit` contract, and the three files write_audit produces."""
+from __future__ import annotations
+
+import base64
+import json
+import math
+
+from unlearnkit.audit import VERDICTS, write_audit
+
+LAYER_KEYS = {"lpr", "delta_lpr", "delta_lpr_ci", "cka_original", "cka_retrain", "separability"}
+
+
+def _no_nan(obj):
+    if isinstance(obj, float):
+        assert math.isfinite(obj)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _no_nan(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            _no_nan(v)
+
+
+def test_to_dict_follows_the_results_json_contract(rep_erased):
+    d = rep_erased.to_dict()
+    json.dumps(d, allow_nan=False)  # JSON-safe: raises on NaN/inf or non-JSON types
+    _no_nan(d)
+    assert d["verdict"] in VERDICTS and d["verdict"] == rep_erased.verdict
+    assert isinstance(d["evidence"], list) and all(isinstance(e, str) and e for e in d["evidence"])
+    assert d["rests_on"] in ("test", "train") and d["rests_on_reason"]
+    assert list(d["layers"]) == ["block1", "block2", "block3", "penultimate"]
+    for name, layer in d["layers"].items():
+        assert LAYER_KEYS <= set(layer), name
+        lo, hi = layer["delta_lpr_ci"]
+        assert lo <= layer["delta_lpr"] <= hi
+        assert 0.0 <= layer["cka_original"] <= 1.0 + 1e-9 and 0.0 <= layer["cka_retrain"] <= 1.0 + 1e-9
+    # both audit data choices are reported; the top-level layers are the ones the verdict rests on
+    assert set(d["audit_data"]) == {"test", "train"}
+    assert d["audit_data"][d["rests_on"]]["layers"] == d["layers"]
+    assert d["audit_data"]["test"]["n_forget"] == 37
+    for role in ("unlearned", "original", "retrained"):
+        assert {"forget_acc", "retain_acc", "test_retain_acc", "mia_efficacy", "mia_auc"} <= set(
+            d["models"][role]["outputs"])
+        assert {"test_forget", "test_retain"} <= set(d["models"][role]["knn"])
+    assert d["models"]["unlearned"]["fid_feat_to_retrain"] >= 0.0
+    assert -1.0 <= d["models"]["unlearned"]["cosine_to_original"] <= 1.0
+    assert set(d["resurfacing"]) == {"bn_recalibration", "relearn"}
+    assert d["cka"].startswith("centered")
+
+
+def test_missing_numbers_become_none_not_nan(rep_tiny):
+    d = rep_tiny.to_dict()
+    json.dumps(d, allow_nan=False)
+    # sample-level forgetting: no forgotten test samples, so no test-forget accuracy or k-NN on them
+    assert d["models"]["unlearned"]["outputs"]["test_forget_acc"] is None
+    assert d["models"]["unlearned"]["knn"]["test_forget"] is None
+    assert "test" not in d["audit_data"]
+    assert d["n_forget_needed"] >= 10
+
+
+def test_write_audit_writes_json_markdown_and_self_contained_html(rep_suppressed, tmp_path):
+    paths = write_audit(rep_suppressed, tmp_path / "audit")
+    assert sorted(p.name for p in (tmp_path / "audit").iterdir()) == ["audit.html", "audit.json", "audit.md"]
+    assert json.loads(paths["json"].read_text()) == json.loads(json.dumps(rep_suppressed.to_dict()))
+    md = paths["md"].read_text()
+    assert "# Unlearning audit: **suppressed**" in md
+    assert md.count("| layer | LPR | ΔLPR [CI] |") == 2  # one table per audit data
+    for layer in ("block1", "block2", "block3", "penultimate"):
+        assert f"| {layer} |" in md
+    assert "## What each number means" in md and "**ΔLPR [CI]**" in md
+    html = paths["html"].read_text()
+    imgs = html.split("src='data:image/png;base64,")[1:]
+    assert len(imgs) == 4  # ΔLPR with CIs, separability ratio, CKA per layer, PCA embedding
+    for img in imgs:
+        assert base64.b64decode(img.split("'")[0])[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "http://" not in html and "https://" not in html  # nothing to fetch
+    assert "Verdict: suppressed" in html
+
+
+def test_summary_names_the_verdict_and_the_data(rep_suppressed):
+    s = rep_suppressed.summary()
+    assert s.startswith("verdict: suppressed (rests on the train data")
+    assert "penultimate" in s
