@@ -131,6 +131,10 @@ def load_checkpoint(path: str | Path, *, model_name: str | None = None, num_clas
             raise CheckpointError(f"checkpoint {path} holds a {name!r}, not a {model_name!r}")
         if num_classes is not None and num_classes != kwargs.get("num_classes"):
             raise CheckpointError(f"checkpoint {path} has {kwargs.get('num_classes')} classes, expected {num_classes}")
+        for key, want in (("in_channels", in_channels), ("image_size", image_size)):
+            if want is not None and kwargs.get(key) is not None and want != kwargs[key]:
+                raise CheckpointError(f"checkpoint {path} was built for {key.replace('_', ' ')} {kwargs[key]}, "
+                                      f"but the data has {want} (another dataset?)")
         meta = dict(payload.get("meta", {}))
         meta["sha256"] = payload["sha256"]
     else:

@@ -34,6 +34,8 @@ def test_checkpoint_errors(tmp_path):
         load_checkpoint(p, model_name="resnet18")
     with pytest.raises(CheckpointError, match="has 10 classes, expected 5"):
         load_checkpoint(p, num_classes=5)
+    with pytest.raises(CheckpointError, match="image size 8, but the data has 28"):
+        load_checkpoint(p, num_classes=10, in_channels=1, image_size=28)
     # a plain state dict of another class count does not fit
     torch.save(m.state_dict(), tmp_path / "plain.pt")
     with pytest.raises(CheckpointError, match="does not fit"):
