@@ -151,7 +151,7 @@ def run_experiment(cfg: RunConfig, progress: bool = True) -> dict:
         if name == "retrain":
             continue  # the cached reference is the retrain row
         cls = METHODS.get(name)
-        method = cls.from_preset(preset, **task_params(name, split, cfg.method_params.get(name, {})))
+        method = cls.from_preset(preset, bundle.name, **task_params(name, split, cfg.method_params.get(name, {})))
         model, runtime_s, stop_reason, history, path = _run_method(method, original, split, cfg, device, out,
                                                                    progress)
         outputs = record(name, model, runtime_s, {"hyperparameters": method.params(), "preset": preset,

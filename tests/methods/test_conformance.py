@@ -109,6 +109,14 @@ def test_reduces_forget_accuracy_on_digits(name, digits_split, digits_original):
         pytest.skip(f"{name} does not claim to lower forget accuracy by itself")
     before = evaluate(digits_original, digits_split)["forget_acc"]
     kw = {"recipe": {"lr": 0.05, "epochs": 5, "batch_size": 64}} if cls.starts_from_scratch else {}
-    res = cls.from_preset("small", **kw).unlearn(digits_original, digits_split, original=digits_original, seed=0)
+    res = cls.from_preset("small", "digits", **kw).unlearn(digits_original, digits_split, original=digits_original, seed=0)
     after = evaluate(res.model, digits_split)["forget_acc"]
     assert after < before - 20, f"{name}: forget accuracy {before:.1f} -> {after:.1f}"
+
+
+def test_dataset_preset_overrides_the_shared_one():
+    ssd = METHODS.get("ssd")
+    assert ssd.from_preset("small").selection_weighting == 3.0
+    assert ssd.from_preset("small", "digits").selection_weighting == 2.25
+    assert ssd.from_preset("small", "mnist5k").selection_weighting == 3.0
+    assert ssd.from_preset("small", "digits", selection_weighting=7.0).selection_weighting == 7.0

@@ -7,7 +7,8 @@ mutated, and it must not grade itself with the auditor (methods never import ``a
 
 Presets: the dataclass defaults are the reference's (ResNet-18 / CIFAR-10, reference-specs §3);
 ``PRESETS["small"]`` holds defaults for the bundled datasets with the small CNN, chosen with
-:func:`preset_for`.
+:func:`preset_for`. A key ``"small@<dataset>"`` overrides some of them for one dataset, where a
+value tuned on one bundled dataset does not transfer to the other.
 """
 from __future__ import annotations
 
@@ -68,7 +69,9 @@ class UnlearningMethod:
         return asdict(self)
 
     @classmethod
-    def from_preset(cls, preset: str | None = None, **overrides) -> "UnlearningMethod":
+    def from_preset(cls, preset: str | None = None, dataset: str | None = None,
+                    **overrides) -> "UnlearningMethod":
+        """The method with ``PRESETS[preset]`` (then ``PRESETS[f"{preset}@{dataset}"]``), then ``overrides``."""
         known = {f.name for f in fields(cls)}
         bad = sorted(set(overrides) - known)
         if bad:
@@ -76,6 +79,8 @@ class UnlearningMethod:
 
             raise UserError(f"{cls.name}: unknown hyperparameter(s) {bad}; known: {sorted(known)}")
         base = dict(cls.PRESETS.get(preset or "", {}))
+        if dataset:
+            base.update(cls.PRESETS.get(f"{preset}@{dataset}", {}))
         base.update(overrides)
         return cls(**base)
 
