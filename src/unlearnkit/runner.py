@@ -133,6 +133,10 @@ def run_experiment(cfg: RunConfig, progress: bool = True) -> dict:
     out_r = record("retrain", retrain.model, retrain.meta["train_time_s"],
                    {"checkpoint": str(retrain.path), "sha256": retrain.meta["sha256"]})
 
+    from .audit.memo import AuditCache
+
+    audit_cache = AuditCache()  # the original's and retrain's audit numbers, computed once for all methods
+
     def run_audit(name: str, model, outputs) -> None:
         """The representation audit of one model against original and retrain (one forward pass reused)."""
         if not cfg.audit:
@@ -140,7 +144,7 @@ def run_experiment(cfg: RunConfig, progress: bool = True) -> dict:
         from .audit import audit, write_audit
 
         rep = audit(original.model, model, retrain.model, split, layers, device=device,
-                    outputs={"original": out_o, "unlearned": outputs, "retrained": [out_r]})
+                    outputs={"original": out_o, "unlearned": outputs, "retrained": [out_r]}, cache=audit_cache)
         write_audit(rep, out / "audits" / name)
         models[name]["audit"] = rep.to_dict()
         console.print(f"  audit {name}: [bold]{rep.verdict}[/] ({rep.timing['total_s']:.1f}s)")

@@ -63,7 +63,8 @@ def audit_command(
     audit_data: str = typer.Option("auto", help="auto | test | train: which data the verdict rests on"),
     resurface: bool = typer.Option(True, "--resurface/--no-resurface",
                                    help="run the BatchNorm-recalibration and k-shot relearning checks"),
-    jobs: int = typer.Option(1, help="probe fits in parallel processes (-1: every core)"),
+    jobs: Optional[int] = typer.Option(None, help="parallel probe threads (default: the CPU count, at most 4; "
+                                       "-1: every core)"),
 ):
     """Did the unlearned model really forget? Verdict, evidence, per-layer numbers and plots."""
     from rich.console import Console
@@ -82,7 +83,7 @@ def audit_command(
         raise UserError("give at least one --retrained checkpoint (a model retrained without the forget set)")
     try:
         config = AuditConfig(center=center, confidence=confidence, n_splits=n_splits, audit_data=audit_data,
-                             bn_recalibration=resurface, relearn=resurface, n_jobs=None if jobs == 1 else jobs)
+                             bn_recalibration=resurface, relearn=resurface, n_jobs=jobs)
     except (TypeError, ValueError) as e:
         raise UserError(str(e)) from None
     dev = resolve_device(device)

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, fields
 from ..errors import UserError
 
 AUDIT_DATA = ("auto", "test", "train")
+PROBE_SOLVERS = ("auto", "batched", "sklearn")
 CI_METHODS = ("corrected_t", "t", "percentile")
 
 CALIBRATION = """\
@@ -67,7 +68,13 @@ class AuditConfig:
     with seeds ``probe_seed`` + i (split 0 = Mirage's seed 42), StandardScaler +
     LogisticRegression(C=``probe_C``, ``probe_max_iter``); ΔLPR's interval is the paired
     ``ci_method`` interval at ``confidence`` (Nadeau-Bengio corrected t by default: resplits share
-    data, a plain t-interval is too narrow). ``n_jobs`` runs the fits in parallel (joblib).
+    data, a plain t-interval is too narrow). ``probe_solver``: ``"sklearn"`` fits each probe with
+    ``LogisticRegression(lbfgs)`` (Mirage's code path); ``"batched"`` fits the J resplits of a model
+    and layer together on the audit's device (``metrics.logistic``: the same objective and stopping
+    rule, max |gradient| <= ``probe_tol`` = 1e-4; the optimum is unique, the two agree up to that
+    tolerance: mean LPR within 0.1 point, a held-out sample may flip); ``"auto"``: batched on a GPU,
+    sklearn on the CPU (where the two cost about the same). ``n_jobs`` parallel probe threads (None:
+    the CPU count, at most 4).
 
     **CKA.** ``center=True``: Kornblith's centered linear CKA; ``center=False`` reproduces Mirage's
     uncentered code. One subsample of <= ``cka_max_samples`` rows (seed ``cka_seed``) for every pair.
@@ -136,6 +143,8 @@ class AuditConfig:
     probe_seed: int = 42
     probe_C: float = 1.0
     probe_max_iter: int = 1000
+    probe_solver: str = "auto"
+    probe_tol: float = 1e-4
     ci_method: str = "corrected_t"
     # --- CKA -----------------------------------------------------------------------------------
     center: bool = True
@@ -176,6 +185,10 @@ class AuditConfig:
     def __post_init__(self) -> None:
         if self.audit_data not in AUDIT_DATA:
             raise UserError(f"audit_data must be one of {', '.join(AUDIT_DATA)}, not {self.audit_data!r}")
+        if self.probe_solver not in PROBE_SOLVERS:
+            raise UserError(f"probe_solver must be one of {', '.join(PROBE_SOLVERS)}, not {self.probe_solver!r}")
+        if not self.probe_tol > 0:
+            raise UserError(f"probe_tol must be > 0, got {self.probe_tol}")
         if self.ci_method not in CI_METHODS:
             raise UserError(f"ci_method must be one of {', '.join(CI_METHODS)}, not {self.ci_method!r}")
         if not 0.5 <= self.confidence < 1.0:

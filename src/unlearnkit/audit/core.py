@@ -22,7 +22,8 @@ from ..models.features import LOGITS
 from ..models.zoo import audit_layers, taps_of
 from .config import AuditConfig
 from .data import choose, is_sample_level, test_data, train_data
-from .layers import assign_margins, measure_layer
+from .layers import assign_margins, measure_data
+from .memo import AuditCache
 from .report import AuditReport
 from .resurface import bn_recalibration_check, relearn_check
 from .verdict import decide
@@ -79,6 +80,15 @@ def _knn(out: dict, split, layer: str, k: int) -> dict:
     return res
 
 
+def _reference_distances(f_refs: list[Tensor], f_o: Tensor) -> dict:
+    """PURGE's feature distances of the references (to each other and to the original)."""
+    k = len(f_refs)
+    return {"fid_feat_to_retrain": (float(np.mean([fid_feat(f_refs[i], f_refs[j]) for i in range(k)
+                                                   for j in range(k) if i != j])) if k > 1 else None),
+            "fid_feat_to_original": float(np.mean([fid_feat(f, f_o) for f in f_refs])),
+            "cosine_to_original": float(np.mean([mean_cosine_similarity(f, f_o) for f in f_refs]))}
+
+
 def _pca2(x: np.ndarray) -> np.ndarray:
     x = x - x.mean(0, keepdims=True)
     if x.shape[0] < 2:
@@ -91,7 +101,8 @@ def _pca2(x: np.ndarray) -> np.ndarray:
 
 
 def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: Sequence[str] | None = None,
-          config: AuditConfig = AuditConfig(), device=None, outputs: dict | None = None) -> AuditReport:
+          config: AuditConfig = AuditConfig(), device=None, outputs: dict | None = None,
+          cache: AuditCache | None = None) -> AuditReport:
     """Audit ``unlearned`` against ``original`` and the retrained reference(s) on ``split``.
 
     ``retrained`` is one model or a list (retrained with different seeds: their spread can widen
@@ -99,8 +110,11 @@ def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: S
     ``penultimate``). ``outputs`` may pass precomputed
     ``{"original": ..., "unlearned": ..., "retrained": [...]}`` from
     :func:`unlearnkit.evaluation.model_outputs` (with every audit layer and the logits) to reuse a
-    forward pass; anything missing is computed. Returns an :class:`AuditReport`.
+    forward pass; anything missing is computed. ``cache`` (an :class:`AuditCache` shared by the
+    audits of one run, with the same ``outputs`` objects for original and references) reuses
+    everything that does not depend on the unlearned model. Returns an :class:`AuditReport`.
     """
+    cache = cache if cache is not None else AuditCache()
     t0 = time.perf_counter()
     refs = _as_list(retrained)
     layers = list(layers) if layers else audit_layers(unlearned)
@@ -133,13 +147,10 @@ def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: S
     rests_on, reason = choose(datas, split, config)
 
     t2 = time.perf_counter()
+    context = (*cache.key(split), AuditCache.config_key(config))
     results = {}
     for name, data in datas.items():
-        per_layer = []
-        for layer in layers:
-            x_u, x_o = data.features(out_u, layer), data.features(out_o, layer)
-            per_layer.append(measure_layer(layer, data, x_u, x_o, [data.features(o, layer) for o in out_r],
-                                           config))
+        per_layer = measure_data(data, layers, out_u, out_o, out_r, config, cache, context, device)
         assign_margins(per_layer, len(refs), config)
         results[name] = per_layer
 
@@ -147,8 +158,11 @@ def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: S
     # per-model representation numbers at the penultimate layer (or the deepest audited one)
     pen = "penultimate" if "penultimate" in layers else layers[-1]
     knn_u = _knn(out_u, split, pen, config.knn_k)
-    knn_o = _knn(out_o, split, pen, config.knn_k)
-    knn_r = _mean_metrics([_knn(o, split, pen, config.knn_k) for o in out_r])
+    def knn_of(out: dict) -> dict:  # original / references: the same in every audit of a run
+        return cache.get_or(cache.key(out, "knn", pen, *context), lambda: _knn(out, split, pen, config.knn_k))
+
+    knn_o = knn_of(out_o)
+    knn_r = _mean_metrics([knn_of(o) for o in out_r])
     cap = torch.arange(min(len(split.train_forget), 5000))
     f_u, f_o = out_u["train_forget"][pen][cap], out_o["train_forget"][pen][cap]
     f_refs = [o["train_forget"][pen][cap] for o in out_r]
@@ -158,22 +172,19 @@ def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: S
                       "cosine_to_original": mean_cosine_similarity(f_u, f_o)},
         "original": {"fid_feat_to_retrain": float(np.mean([fid_feat(f_o, f) for f in f_refs])),
                      "fid_feat_to_original": 0.0, "cosine_to_original": 1.0},
-        "retrained": {"fid_feat_to_retrain": (float(np.mean([fid_feat(f_refs[i], f_refs[j])
-                                                              for i in range(len(f_refs))
-                                                              for j in range(len(f_refs)) if i != j]))
-                                              if len(f_refs) > 1 else None),
-                      "fid_feat_to_original": float(np.mean([fid_feat(f, f_o) for f in f_refs])),
-                      "cosine_to_original": float(np.mean([mean_cosine_similarity(f, f_o) for f in f_refs]))},
+        "retrained": cache.get_or(cache.key(out_o, "fid_refs", *[id(o) for o in out_r], *context),
+                                  lambda: _reference_distances(f_refs, f_o)),
     }
 
     t4 = time.perf_counter()
     resurfacing = {}
     if config.bn_recalibration:
         resurfacing["bn_recalibration"] = bn_recalibration_check(unlearned, refs, split,
-                                                                 metrics_u["forget_acc"], config, device)
+                                                                 metrics_u["forget_acc"], config, device,
+                                                                 cache, context)
     if config.relearn:
         resurfacing["relearn"] = relearn_check(unlearned, refs, split, metrics_u["forget_acc"], sample_level,
-                                               config, device)
+                                               config, device, cache, context)
 
     t5 = time.perf_counter()
     decision = decide(metrics_u, metrics_r, knn_u, knn_r, results, rests_on,

@@ -17,7 +17,9 @@ import numpy as np
 from ..metrics import cka_subsample_indices, fisher_separability, linear_cka
 from .config import AuditConfig
 from .data import AuditData
-from .probing import make_splits, paired_interval, probe_scores, separability_ratio
+from .memo import AuditCache
+from .probing import (ProbeScores, boot_separability, bootstrap_weights, make_splits, paired_interval,
+                      probe_scores, separability_ratio)
 
 MIN_PROBE_PER_SIDE = 3  # a stratified 70/30 split needs >= 1 held-out row of each side
 
@@ -67,11 +69,59 @@ def _interval(d: np.ndarray, splits, n: int, config: AuditConfig) -> Interval:
     return Interval(mean, lo, hi)
 
 
-def measure_layer(layer: str, data: AuditData, x_u: np.ndarray, x_o: np.ndarray, x_refs: list[np.ndarray],
-                  config: AuditConfig) -> LayerResult:
+@dataclass
+class _Model:
+    """One model's rows of the audit data at one layer, and its per-model numbers (cacheable)."""
+
+    x: np.ndarray
+    separability: float = math.nan
+    boot: np.ndarray | None = None
+    scores: ProbeScores | None = None
+
+
+def measure_data(data: AuditData, layers: list[str], out_u: dict, out_o: dict, out_refs: list[dict],
+                 config: AuditConfig, cache: AuditCache, context: tuple, device=None) -> list[LayerResult]:
+    """Every layer's :class:`LayerResult` on one audit data choice.
+
+    Per model and layer, the probe scores on the shared resplits, the Fisher separability and its
+    bootstrap draws are computed once; for the original and the references they come from
+    ``cache`` when an earlier audit of the same run computed them (``context`` = split and config
+    identity). All missing probe fits of all layers run in one parallel batch.
+    """
     y = data.is_forget
-    res = LayerResult(layer, probed=False)
+    probed = data.n_forget >= MIN_PROBE_PER_SIDE and data.n_retain >= MIN_PROBE_PER_SIDE
+    splits = make_splits(y, config) if probed else []
+    boot = bootstrap_weights(y, config)
+    models: dict[str, list[_Model]] = {}
+    todo: list[_Model] = []
+    for layer in layers:
+        row = []
+        for role, out in [("u", out_u), ("o", out_o)] + [("r", o) for o in out_refs]:
+            key = cache.key(out, data.name, layer, *context) if role != "u" else None
+            if key is not None and cache.has(key):
+                row.append(cache.get(key))
+                continue
+            x = data.features(out, layer)
+            m = _Model(x, fisher_separability(x, y), boot_separability(x, boot) if boot is not None else None)
+            if probed:
+                todo.append(m)
+            if key is not None:
+                cache.put(key, m)
+            row.append(m)
+        models[layer] = row
+    if todo:
+        for m, sc in zip(todo, probe_scores([m.x for m in todo], y, splits, config, device)):
+            m.scores = sc
+    return [_layer_result(layer, data, models[layer], splits, probed, config) for layer in layers]
+
+
+def _layer_result(layer: str, data: AuditData, ms: list[_Model], splits, probed: bool,
+                  config: AuditConfig) -> LayerResult:
+    m_u, m_o, *m_refs = ms
+    x_u, x_o, x_refs = m_u.x, m_o.x, [m.x for m in m_refs]
+    y = data.is_forget
     n = y.size
+    res = LayerResult(layer, probed=False)
     # CKA on one subsample shared by every pair (Mirage: <= 5000 rows, the same for all pairs)
     rows = cka_subsample_indices(n, config.cka_max_samples, config.cka_seed)
     c = config.center
@@ -82,15 +132,13 @@ def measure_layer(layer: str, data: AuditData, x_u: np.ndarray, x_o: np.ndarray,
         pairs = [(i, j) for i in range(len(x_refs)) for j in range(i + 1, len(x_refs))]
         res.cka_between_retrained = float(np.mean(
             [linear_cka(x_refs[i][rows], x_refs[j][rows], center=c) for i, j in pairs]))
-    res.separability = fisher_separability(x_u, y)
-    res.separability_original = fisher_separability(x_o, y)
-    f_refs = [fisher_separability(x, y) for x in x_refs]
+    res.separability, res.separability_original = m_u.separability, m_o.separability
+    f_refs = [m.separability for m in m_refs]
     res.separability_retrained = float(np.mean(f_refs))
-    if data.n_forget < MIN_PROBE_PER_SIDE or data.n_retain < MIN_PROBE_PER_SIDE:
+    if not probed:
         return res
     res.probed = True
-    splits = make_splits(y, config)
-    s_u, s_o, *s_refs = probe_scores([x_u, x_o, *x_refs], y, splits, config)
+    s_u, s_o, s_refs = m_u.scores, m_o.scores, [m.scores for m in m_refs]
     r_bacc = np.mean([s.bacc for s in s_refs], axis=0)
     r_auroc = np.mean([s.auroc for s in s_refs], axis=0)
     res.lpr, res.lpr_auroc = float(s_u.bacc.mean()), float(s_u.auroc.mean())
@@ -98,8 +146,10 @@ def measure_layer(layer: str, data: AuditData, x_u: np.ndarray, x_o: np.ndarray,
     res.delta_lpr = _interval(s_u.bacc - r_bacc, splits, n, config)
     res.delta_lpr_original = _interval(s_o.bacc - r_bacc, splits, n, config)
     res.delta_auroc = _interval(s_u.auroc - r_auroc, splits, n, config)
-    res.separability_ratio = Interval(*separability_ratio(x_u, x_refs, y, config))
-    res.separability_ratio_original = Interval(*separability_ratio(x_o, x_refs, y, config))
+    boots = None if m_u.boot is None else [m.boot for m in m_refs]
+    res.separability_ratio = Interval(*separability_ratio(m_u.separability, m_u.boot, f_refs, boots, config))
+    res.separability_ratio_original = Interval(*separability_ratio(m_o.separability, m_o.boot, f_refs, boots,
+                                                                   config))
     res.per_split = {"lpr_unlearned": s_u.bacc, "lpr_original": s_o.bacc, "lpr_retrained": r_bacc}
     if len(x_refs) > 1:  # each reference against the mean of the others: what a retrain looks like
         k = len(x_refs)

@@ -1,19 +1,29 @@
-"""The audit's numbers for one layer on one audit data choice, each model's probe fitted once.
+"""The audit's probes and separability bootstraps for one layer, each model measured once.
 
 ``metrics.paired_delta_lpr`` fits both models on the same resplits; with several models (the
 unlearned one, the original, k retrained references) fitting each pair would repeat work, so here
 every model is probed once per split and the paired differences are formed afterwards. Split i
-uses seed ``probe_seed + i`` for both the split and the probe, exactly as ``paired_delta_lpr``
-does (a unit test checks the two agree), so split 0 is Mirage's single seed-42 split.
+uses seed ``probe_seed + i`` for the split (and the sklearn probe), exactly as ``paired_delta_lpr``
+does, so split 0 is Mirage's single seed-42 split.
+
+Solvers (``AuditConfig.probe_solver``): ``"batched"`` (default) fits all J resplits of one model
+and layer together (:func:`unlearnkit.metrics.logistic.fit_logistic_resplits`: the same
+StandardScaler + L2 logistic objective as sklearn, the same stopping tolerance 1e-4, unique
+optimum), on the features' device; ``"sklearn"`` fits them one by one with
+``LogisticRegression(lbfgs)`` (the reference code path). A unit test checks the two agree.
 """
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
-from ..metrics import fisher_separability, linear_cka
-from ..metrics.probes import _interval, _split
+from ..metrics.logistic import balanced_accuracy_auroc, fit_logistic_resplits
+from ..metrics.probes import paired_interval as _paired_interval
+from ..metrics.probes import stratified_split
 from .config import AuditConfig
 
 
@@ -27,19 +37,23 @@ class ProbeScores:
 
 def make_splits(is_forget: np.ndarray, config: AuditConfig) -> list[tuple[np.ndarray, np.ndarray]]:
     y = is_forget.astype(np.int64)
-    return [_split(y, config.test_size, config.probe_seed + i) for i in range(config.n_splits)]
+    return [stratified_split(y, config.test_size, config.probe_seed + i) for i in range(config.n_splits)]
+
+
+def _masks(splits, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    train = torch.zeros(n, len(splits), dtype=torch.bool)
+    for j, (tr, _) in enumerate(splits):
+        train[torch.from_numpy(tr), j] = True
+    test = torch.zeros_like(train)
+    for j, (_, te) in enumerate(splits):
+        test[torch.from_numpy(te), j] = True
+    return train, test
 
 
 def _fit_probe(x: np.ndarray, y: np.ndarray, train: np.ndarray, test: np.ndarray, seed: int, C: float,
                max_iter: int) -> tuple[float, float]:
-    """``metrics.probes._fit_probe`` (linear) with the scaling and the two scores in numpy.
-
-    Same StandardScaler (ddof 0, zero variance -> scale 1), the same LogisticRegression, balanced
-    accuracy = mean per-class recall of ``decision > 0`` (= ``predict``), AUROC = Mann-Whitney U
-    of the decision values with average ranks for ties (= ``roc_auc_score`` of ``predict_proba``,
-    a monotone transform). sklearn's input validation in the two metric calls cost as much as the
-    fit itself on audit-sized data; a unit test checks the results against ``paired_delta_lpr``.
-    """
+    """One sklearn probe: StandardScaler (ddof 0, zero variance -> 1) + LogisticRegression(lbfgs);
+    balanced accuracy of ``predict`` and the Mann-Whitney AUROC of the decision values."""
     from scipy.stats import rankdata
     from sklearn.linear_model import LogisticRegression
 
@@ -59,63 +73,91 @@ def _fit_probe(x: np.ndarray, y: np.ndarray, train: np.ndarray, test: np.ndarray
     return float(bacc), float(auroc)
 
 
-def probe_scores(xs: list[np.ndarray], is_forget: np.ndarray, splits, config: AuditConfig) -> list[ProbeScores]:
-    """Fit the Mirage probe (StandardScaler + LogisticRegression) on every split, for each of ``xs``.
+def _batched(x: np.ndarray | torch.Tensor, y: torch.Tensor, train: torch.Tensor, test: torch.Tensor,
+             config: AuditConfig) -> ProbeScores:
+    xt = torch.as_tensor(x)
+    fits = fit_logistic_resplits(xt, y, train, C=config.probe_C, tol=config.probe_tol,
+                                 max_iter=config.probe_max_iter)
+    bacc, auroc = balanced_accuracy_auroc(fits.decision, y, test)
+    return ProbeScores(bacc.cpu().numpy(), auroc.cpu().numpy())
 
-    All fits of a layer go to one joblib call when ``config.n_jobs`` asks for parallel workers.
+
+def n_workers(config: AuditConfig) -> int:
+    """Parallel probe workers: ``n_jobs``, or (None) the CPU count capped at 4."""
+    if config.n_jobs is not None:
+        return max(1, config.n_jobs if config.n_jobs > 0 else os.cpu_count() or 1)
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def solver_for(config: AuditConfig, device=None) -> str:
+    if config.probe_solver != "auto":
+        return config.probe_solver
+    return "batched" if device is not None and torch.device(device).type == "cuda" else "sklearn"
+
+
+def probe_scores(xs: list[np.ndarray], is_forget: np.ndarray, splits, config: AuditConfig,
+                 device=None) -> list[ProbeScores]:
+    """The Mirage probe on every split, for each feature matrix of ``xs`` (NaN/inf -> 0, as Mirage).
+
+    Independent fits run on ``n_workers(config)`` threads (torch and BLAS single-threaded inside:
+    small fits are several times slower when their threads fight for cores). The numbers do not
+    depend on the number of workers.
     """
     from threadpoolctl import threadpool_limits
 
-    y = is_forget.astype(np.int64)
     xs = [np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0) for x in xs]
-    args = [(x, y, tr, te, config.probe_seed + i, config.probe_C, config.probe_max_iter)
-            for x in xs for i, (tr, te) in enumerate(splits)]
-    # one BLAS thread per fit: small lbfgs fits are ~10x slower when BLAS threads fight for cores
-    with threadpool_limits(1):
-        if config.n_jobs in (None, 1):
-            res = [_fit_probe(*a) for a in args]
-        else:
-            from joblib import Parallel, delayed
-
-            res = Parallel(n_jobs=config.n_jobs)(delayed(_fit_probe)(*a) for a in args)
-    j = len(splits)
-    return [ProbeScores(np.array([r[0] for r in res[k * j:(k + 1) * j]]),
-                        np.array([r[1] for r in res[k * j:(k + 1) * j]])) for k in range(len(xs))]
+    solver = solver_for(config, device)
+    if solver == "batched" and device is not None and torch.device(device).type == "cuda":
+        y = torch.from_numpy(is_forget.astype(np.int64)).to(device)
+        train, test = (m.to(device) for m in _masks(splits, is_forget.size))
+        return [_batched(torch.from_numpy(x).to(device), y, train, test, config) for x in xs]
+    workers = min(n_workers(config), max(1, len(xs) * (len(splits) if solver == "sklearn" else 1)))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with threadpool_limits(1), ThreadPoolExecutor(workers) as pool:
+            if solver == "sklearn":
+                y = is_forget.astype(np.int64)
+                args = [(x, y, tr, te, config.probe_seed + i, config.probe_C, config.probe_max_iter)
+                        for x in xs for i, (tr, te) in enumerate(splits)]
+                res = list(pool.map(lambda a: _fit_probe(*a), args))
+                j = len(splits)
+                return [ProbeScores(np.array([r[0] for r in res[k * j:(k + 1) * j]]),
+                                    np.array([r[1] for r in res[k * j:(k + 1) * j]])) for k in range(len(xs))]
+            y = torch.from_numpy(is_forget.astype(np.int64))
+            train, test = _masks(splits, is_forget.size)
+            return list(pool.map(lambda x: _batched(x, y, train, test, config), xs))
+    finally:
+        torch.set_num_threads(threads)
 
 
 def paired_interval(d: np.ndarray, splits, n: int, config: AuditConfig) -> tuple[float, float, float]:
     """(mean, low, high) of per-split paired differences, by ``config.ci_method``."""
     test_frac = splits[0][1].size / n
-    lo, hi = _interval(np.asarray(d, dtype=np.float64), config.confidence, config.ci_method, test_frac)
+    lo, hi = _paired_interval(np.asarray(d, dtype=np.float64), config.confidence, config.ci_method, test_frac)
     return float(np.mean(d)), lo, hi
 
 
-def separability_ratio(x_u: np.ndarray, x_refs: list[np.ndarray], is_forget: np.ndarray,
-                       config: AuditConfig) -> tuple[float, float, float]:
-    """F(unlearned) / mean F(retrained), with a paired stratified bootstrap percentile interval.
+@dataclass
+class Bootstrap:
+    """Resampling counts shared by every model: W_f (B x n_f) over forget rows, W_r over retained."""
 
-    The same resampled rows are used for every model, so the interval reflects the sampling noise
-    of the audit data, not the seed-to-seed variation of retraining (that is the margin's job).
-    The bootstrap is vectorised: resampling counts W (B x n) give every draw's means and
-    variances as W @ X and W @ X^2.
-    """
-    f_u = fisher_separability(x_u, is_forget)
-    f_r = float(np.mean([fisher_separability(x, is_forget) for x in x_refs]))
-    ratio = f_u / f_r if f_r > 0 else float("inf")
+    forget_rows: np.ndarray
+    retain_rows: np.ndarray
+    w_f: np.ndarray
+    w_r: np.ndarray
+
+
+def bootstrap_weights(is_forget: np.ndarray, config: AuditConfig) -> Bootstrap | None:
+    """Paired stratified bootstrap draws (seed ``probe_seed``); None with fewer than 2 rows a side."""
     fi, ri = np.flatnonzero(is_forget), np.flatnonzero(~is_forget)
     if fi.size < 2 or ri.size < 2:
-        return ratio, float("nan"), float("nan")
+        return None
     rng = np.random.RandomState(config.probe_seed)
     b = config.n_bootstrap
     w_f = rng.multinomial(fi.size, np.full(fi.size, 1.0 / fi.size), size=b).astype(np.float64)
     w_r = rng.multinomial(ri.size, np.full(ri.size, 1.0 / ri.size), size=b).astype(np.float64)
-    f_boot_u = _boot_f(x_u, fi, ri, w_f, w_r)
-    f_boot_r = np.mean([_boot_f(x, fi, ri, w_f, w_r) for x in x_refs], axis=0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        draws = np.where(f_boot_r > 0, f_boot_u / f_boot_r, np.inf)
-    alpha = 100.0 * (1.0 - config.confidence) / 2.0
-    lo, hi = np.percentile(draws, [alpha, 100.0 - alpha])
-    return float(ratio), float(lo), float(hi)
+    return Bootstrap(fi, ri, w_f, w_r)
 
 
 def _weighted_moments(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -127,13 +169,31 @@ def _weighted_moments(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndar
     return mean, var_sum
 
 
-def _boot_f(x: np.ndarray, fi: np.ndarray, ri: np.ndarray, w_f: np.ndarray, w_r: np.ndarray) -> np.ndarray:
+def boot_separability(x: np.ndarray, boot: Bootstrap) -> np.ndarray:
+    """Fisher separability of every bootstrap draw (B,), vectorised: means and variances of all
+    draws come from W @ X and W @ X^2."""
     x = np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
-    m_f, v_f = _weighted_moments(x[fi], w_f)
-    m_r, v_r = _weighted_moments(x[ri], w_r)
+    m_f, v_f = _weighted_moments(x[boot.forget_rows], boot.w_f)
+    m_r, v_r = _weighted_moments(x[boot.retain_rows], boot.w_r)
     diff = m_f - m_r
     return np.einsum("bd,bd->b", diff, diff) / (v_f + v_r + 1e-10)
 
 
-def cka_pair(x: np.ndarray, y: np.ndarray, rows: np.ndarray, center: bool) -> float:
-    return linear_cka(x[rows], y[rows], center=center)
+def separability_ratio(f_u: float, draws_u: np.ndarray | None, f_refs: list[float],
+                       draws_refs: list[np.ndarray] | None, config: AuditConfig) -> tuple[float, float, float]:
+    """F(unlearned) / mean F(retrained), with the paired bootstrap percentile interval.
+
+    The same resampled rows are used for every model, so the interval reflects the sampling noise
+    of the audit data, not the seed-to-seed variation of retraining (that is the margin's job).
+    """
+    f_r = float(np.mean(f_refs))
+    ratio = f_u / f_r if f_r > 0 else float("inf")
+    if draws_u is None or draws_refs is None:
+        return ratio, float("nan"), float("nan")
+    f_boot_r = np.mean(draws_refs, axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        draws = np.where(f_boot_r > 0, draws_u / f_boot_r, np.inf)
+    alpha = 100.0 * (1.0 - config.confidence) / 2.0
+    lo, hi = np.percentile(draws, [alpha, 100.0 - alpha])
+    return float(ratio), float(lo), float(hi)
+

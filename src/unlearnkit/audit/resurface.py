@@ -90,8 +90,20 @@ def recalibrate_batchnorm(model: nn.Module, data, n_samples: int = 2048, batch_s
     return m
 
 
+def _reference_after(refs: list[nn.Module], attack, name: str, cache, context) -> float:
+    """Mean forget accuracy of the references after ``attack``; from ``cache`` when an earlier audit
+    of the run attacked the same references with the same settings."""
+    vals = []
+    for r in refs:
+        if cache is None:
+            vals.append(attack(r))
+        else:
+            vals.append(cache.get_or(cache.key(r, name, *context), lambda r=r: attack(r)))
+    return float(np.mean(vals))
+
+
 def bn_recalibration_check(unlearned: nn.Module, refs: list[nn.Module], split, before: float,
-                           config: AuditConfig, device) -> ResurfaceResult:
+                           config: AuditConfig, device, cache=None, context: tuple = ()) -> ResurfaceResult:
     if not batchnorm_layers(unlearned):
         return ResurfaceResult("bn_recalibration", False, "the model has no BatchNorm layer")
     forget = _capped(split.train_forget, config.resurface_max_forget, config.probe_seed)
@@ -102,8 +114,11 @@ def bn_recalibration_check(unlearned: nn.Module, refs: list[nn.Module], split, b
         return _forget_acc(m, forget, config, device)
 
     after = attacked(unlearned)
-    ref_after = float(np.mean([attacked(r) for r in refs])) if all(batchnorm_layers(r) for r in refs) \
-        else float(np.mean([_forget_acc(r, forget, config, device) for r in refs]))
+    if all(batchnorm_layers(r) for r in refs):
+        ref_after = _reference_after(refs, attacked, "bn_recalibration", cache, context)
+    else:
+        ref_after = _reference_after(refs, lambda r: _forget_acc(r, forget, config, device), "bn_plain", cache,
+                                     context)
     excess = after - ref_after
     return ResurfaceResult(
         "bn_recalibration", True,
@@ -136,7 +151,7 @@ def relearn_copy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int,
 
 
 def relearn_check(unlearned: nn.Module, refs: list[nn.Module], split, before: float, sample_level: bool,
-                  config: AuditConfig, device) -> ResurfaceResult:
+                  config: AuditConfig, device, cache=None, context: tuple = ()) -> ResurfaceResult:
     if sample_level:
         return ResurfaceResult("relearn", False, "sample-level forgetting: no forgotten class to relearn")
     rng = np.random.RandomState(config.probe_seed)
@@ -160,7 +175,7 @@ def relearn_check(unlearned: nn.Module, refs: list[nn.Module], split, before: fl
                            config, device)
 
     after = attacked(unlearned)
-    ref_after = float(np.mean([attacked(r) for r in refs]))
+    ref_after = _reference_after(refs, attacked, "relearn", cache, context)
     excess = after - ref_after
     return ResurfaceResult(
         "relearn", True,

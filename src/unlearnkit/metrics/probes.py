@@ -66,10 +66,11 @@ def _prepare(features: Any, is_forget: Any, name: str = "features") -> tuple[np.
     return x, y
 
 
-def _split(y: np.ndarray, test_size: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def stratified_split(y: np.ndarray, test_size: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train, test) row indices of a stratified split; the same permutation as Mirage's
+    ``train_test_split(F, b, test_size, random_state=seed, stratify=b)`` (the index vector is split)."""
     from sklearn.model_selection import train_test_split
 
-    # Splitting the index vector draws the same permutation as Mirage's train_test_split(F, b, …).
     return train_test_split(np.arange(y.shape[0]), test_size=test_size, random_state=seed, stratify=y)
 
 
@@ -115,7 +116,7 @@ def linear_probe_recovery(
     if probe not in PROBES:
         raise ValueError(f"probe must be one of {PROBES}, got {probe!r}")
     x, y = _prepare(features, is_forget)
-    train, test = _split(y, test_size, seed)
+    train, test = stratified_split(y, test_size, seed)
     bacc, auroc = _fit_probe(x, y, train, test, probe, seed, C, max_iter)
     n_f = int(y.sum())
     return ProbeResult(balanced_accuracy=bacc, auroc=auroc, n_forget=n_f, n_retain=int(y.size - n_f))
@@ -138,7 +139,8 @@ def sample_level_subsample(is_forget: Any, max_per_side: int = 2500, seed: int =
     return np.concatenate([f_sub, r_sub]).astype(np.int64)
 
 
-def _interval(d: np.ndarray, confidence: float, method: str, test_frac: float) -> tuple[float, float]:
+def paired_interval(d: np.ndarray, confidence: float, method: str, test_frac: float) -> tuple[float, float]:
+    """(low, high) of the mean of per-split paired differences ``d`` (see ``paired_delta_lpr``)."""
     from scipy import stats
 
     if method == "percentile":
@@ -199,7 +201,7 @@ def paired_delta_lpr(
     from joblib import Parallel, delayed
 
     seeds = [seed + i for i in range(n_splits)]
-    splits = [_split(y, test_size, s) for s in seeds]
+    splits = [stratified_split(y, test_size, s) for s in seeds]
     jobs = [
         delayed(_fit_probe)(x, y, tr, te, probe, s, C, max_iter)
         for (tr, te), s in zip(splits, seeds, strict=True)
@@ -210,7 +212,7 @@ def paired_delta_lpr(
     lpr_u, lpr_r = bacc[:, 0], bacc[:, 1]
     d = lpr_u - lpr_r
     test_frac = splits[0][1].size / y.size
-    lo, hi = _interval(d, confidence, ci_method, test_frac)
+    lo, hi = paired_interval(d, confidence, ci_method, test_frac)
     return DeltaLPR(
         delta=float(d.mean()),
         ci_low=lo,

@@ -148,3 +148,47 @@ def test_parallel_probe_fits_give_the_same_numbers():
     for a, b in zip(seq, par):
         assert np.array_equal(a.bacc, b.bacc) and np.array_equal(a.auroc, b.auroc)
     assert seq[1].bacc.mean() > seq[0].bacc.mean()  # the shifted features are separable, noise is not
+
+
+def _without_timing(rep):
+    d = rep.to_dict()
+    d.pop("timing")
+    return d
+
+
+def test_shared_cache_changes_nothing_but_the_work(original, retrain0, retrain1, audit_split):
+    """A run's audits share an AuditCache: the second audit reuses the original's and the reference's
+    probes, bootstraps, k-NN and resurfacing results, and its report is identical to a fresh audit."""
+    from unlearnkit.audit.memo import AuditCache
+    from unlearnkit.evaluation import model_outputs
+    from unlearnkit.models.zoo import audit_layers
+
+    cfg = AuditConfig(n_splits=4, n_bootstrap=20, relearn_steps=3)
+    layers = audit_layers(original)
+    out_o, out_r = (model_outputs(m, audit_split, layers) for m in (original, retrain0))
+    cache = AuditCache()
+    masked = masked_head(original)
+    first = audit(original, masked, retrain0, audit_split, config=cfg, cache=cache,
+                  outputs={"original": out_o, "retrained": [out_r]})
+    n_entries = len(cache)
+    assert n_entries > 0
+    second = audit(original, retrain1, retrain0, audit_split, config=cfg, cache=cache,
+                   outputs={"original": out_o, "retrained": [out_r]})
+    assert len(cache) == n_entries  # nothing new about the original or the reference was computed
+    fresh = audit(original, retrain1, retrain0, audit_split, config=cfg)
+    assert _without_timing(second) == _without_timing(fresh)
+    assert _without_timing(first) == _without_timing(audit(original, masked, retrain0, audit_split, config=cfg))
+
+
+def test_batched_probe_solver_agrees_with_sklearn(original, retrain0, audit_split):
+    """The batched solver (default on a GPU) gives the sklearn probe's numbers up to lbfgs tolerance."""
+    cfg = dict(n_splits=8, bn_recalibration=False, relearn=False)
+    masked = masked_head(original)
+    a = audit(original, masked, retrain0, audit_split, config=AuditConfig(probe_solver="sklearn", **cfg))
+    b = audit(original, masked, retrain0, audit_split, config=AuditConfig(probe_solver="batched", **cfg))
+    assert a.verdict == b.verdict
+    for data in a.layers:
+        for ra, rb in zip(a.layers[data], b.layers[data]):
+            assert rb.lpr == pytest.approx(ra.lpr, abs=0.5), (data, ra.layer)
+            assert rb.delta_lpr.value == pytest.approx(ra.delta_lpr.value, abs=0.75), (data, ra.layer)
+            assert rb.lpr_auroc == pytest.approx(ra.lpr_auroc, abs=0.005), (data, ra.layer)
