@@ -158,6 +158,8 @@ def run(
     device: Optional[str] = typer.Option(None, help="auto | cpu | cuda | cuda:N"),
     cache_dir: Optional[Path] = typer.Option(None, help="model cache (default ~/.cache/unlearnkit/models)"),
     audit: bool = typer.Option(True, help="run the representation audit of every model"),
+    idi: bool = typer.Option(False, "--idi/--no-idi", help="also estimate IDI in every audit (slower: trains "
+                                                           "InfoNCE critics)"),
     progress: bool = typer.Option(True, help="show progress bars"),
 ):
     """Train or reuse original and retrain, run the methods, evaluate, write results.json/.md."""
@@ -173,6 +175,8 @@ def run(
         overrides["recipe"] = {"epochs": epochs}
     if not audit:
         overrides["audit"] = False
+    if idi:
+        overrides["idi"] = True
     cfg = load_config(config, overrides)
     if not (cfg.forget_classes or cfg.forget_random is not None or cfg.forget_indices):
         raise UserError("say what to forget: --forget-classes, --forget-random or --forget-indices")

@@ -12,6 +12,7 @@ Keys (YAML and ``unlearnkit run`` flags take the same names, dashes or underscor
     data_seed: 0                # train/val/test split and random forget set
     recipe: {epochs: 10}        # overrides of the default training recipe
     test_convention: salun      # salun | purge (see evaluation.py)
+    audit: true   idi: false    # representation audit of every model; IDI too (slower)
     out: runs/demo   data_dir: data   download: false   device: auto   cache_dir: null
 """
 from __future__ import annotations
@@ -44,6 +45,7 @@ class RunConfig:
     recipe: dict = field(default_factory=dict)
     test_convention: str = "salun"
     audit: bool = True
+    idi: bool = False           # also estimate IDI in every audit (trains InfoNCE critics; slower)
     out: str = "runs/run"
     data_dir: str = "data"
     download: bool = False

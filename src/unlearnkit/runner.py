@@ -141,9 +141,10 @@ def run_experiment(cfg: RunConfig, progress: bool = True) -> dict:
         """The representation audit of one model against original and retrain (one forward pass reused)."""
         if not cfg.audit:
             return
-        from .audit import audit, write_audit
+        from .audit import AuditConfig, audit, write_audit
 
-        rep = audit(original.model, model, retrain.model, split, layers, device=device,
+        rep = audit(original.model, model, retrain.model, split, layers, config=AuditConfig(idi=cfg.idi),
+                    device=device,
                     outputs={"original": out_o, "unlearned": outputs, "retrained": [out_r]}, cache=audit_cache)
         write_audit(rep, out / "audits" / name)
         models[name]["audit"] = rep.to_dict()

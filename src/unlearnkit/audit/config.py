@@ -133,6 +133,14 @@ class AuditConfig:
     ``resurface_margin`` = 20 points above what retrain recovers under the same attack makes the
     verdict ``suppressed`` (measured: retrain 0 %, a gradient-ascent model 95 % / 90 %).
 
+    **IDI** (``idi=True``; off by default because it trains critics: 3 models x layers x
+    ``idi_trials``; ``unlearnkit audit --idi`` and ``unlearnkit run --idi`` turn it on). Per layer an
+    InfoNCE critic (a trainable copy of the layers after it + a projection head) on
+    ``idi_max_per_side`` (1000) forget and as many retained training samples, 30 % held out, SGD lr
+    ``idi_lr`` for ``idi_steps`` (150) steps of batch 128, ``idi_trials`` trials (the paper: 5; 3 here to bound the
+    cost); ``idi_clip`` clips per-layer differences at 0 (AAAI'26 summary) instead of the signed sum.
+    IDI is reported, it does not enter the verdict.
+
     ``batch_size`` is the forward-pass batch.
     """
 
@@ -178,6 +186,14 @@ class AuditConfig:
     relearn_lr: float = 0.01
     resurface_margin: float = 20.0
     resurface_max_forget: int = 1000
+    # --- IDI (Jeon et al., reference-specs §2.6; audit/idi.py) ---------------------------------
+    idi: bool = False
+    idi_trials: int = 3
+    idi_steps: int = 150
+    idi_lr: float = 0.01
+    idi_batch_size: int = 128
+    idi_max_per_side: int = 1000
+    idi_clip: bool = False
     # --- execution -------------------------------------------------------------------------------
     batch_size: int = 512
     n_jobs: int | None = None
@@ -187,6 +203,8 @@ class AuditConfig:
             raise UserError(f"audit_data must be one of {', '.join(AUDIT_DATA)}, not {self.audit_data!r}")
         if self.probe_solver not in PROBE_SOLVERS:
             raise UserError(f"probe_solver must be one of {', '.join(PROBE_SOLVERS)}, not {self.probe_solver!r}")
+        if not self.idi_lr > 0:
+            raise UserError(f"idi_lr must be > 0, got {self.idi_lr}")
         if not self.probe_tol > 0:
             raise UserError(f"probe_tol must be > 0, got {self.probe_tol}")
         if self.ci_method not in CI_METHODS:
@@ -209,7 +227,8 @@ class AuditConfig:
                 raise UserError(f"{name} must be >= 0")
         for name in ("cka_max_samples", "max_probe_samples", "sample_level_max_per_side", "min_forget",
                      "knn_k", "bn_samples", "resurface_max_forget", "relearn_k", "relearn_steps",
-                     "batch_size", "n_bootstrap", "min_test_forget"):
+                     "batch_size", "n_bootstrap", "min_test_forget", "idi_trials", "idi_steps",
+                     "idi_batch_size", "idi_max_per_side"):
             if getattr(self, name) < 1:
                 raise UserError(f"{name} must be >= 1")
 

@@ -22,6 +22,7 @@ from ..models.features import LOGITS
 from ..models.zoo import audit_layers, taps_of
 from .config import AuditConfig
 from .data import choose, is_sample_level, test_data, train_data
+from .idi import idi_check
 from .layers import assign_margins, measure_data
 from .memo import AuditCache
 from .report import AuditReport
@@ -187,6 +188,12 @@ def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: S
                                                config, device, cache, context)
 
     t5 = time.perf_counter()
+    if config.idi:
+        idi = idi_check(original, unlearned, refs, split, layers, config, device, cache, context)
+    else:
+        idi = {"idi": None, "note": "not computed (AuditConfig.idi=False: it trains InfoNCE critics; "
+                                    "`unlearnkit audit --idi` and `unlearnkit run --idi` compute it)"}
+    t6 = time.perf_counter()
     decision = decide(metrics_u, metrics_r, knn_u, knn_r, results, rests_on,
                       {k: d.n_forget for k, d in datas.items()}, sample_level, resurfacing,
                       len(split.train_forget), config)
@@ -208,10 +215,10 @@ def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: S
                 "original": {"outputs": metrics_o, "knn": knn_o, **representation["original"]},
                 "retrained": {"outputs": metrics_r, "knn": knn_r, "n": len(refs),
                               "per_reference": metrics_refs, **representation["retrained"]}},
-        resurfacing=resurfacing, config=config, sample_level=sample_level, penultimate=pen,
+        resurfacing=resurfacing, idi=idi, config=config, sample_level=sample_level, penultimate=pen,
         embedding=embedding,
         timing={"forward_s": t_forward, "output_metrics_s": t2 - t1, "layers_s": t3 - t2,
-                "knn_fid_s": t4 - t3, "resurfacing_s": t5 - t4, "total_s": time.perf_counter() - t0},
+                "knn_fid_s": t4 - t3, "resurfacing_s": t5 - t4, "idi_s": t6 - t5, "total_s": time.perf_counter() - t0},
         task={"forget": split.spec.to_dict(), "split_hash": split.split_hash, "dataset": split.dataset.name,
               "n_train_forget": len(split.train_forget), "n_test_forget": len(split.test_forget)},
     )

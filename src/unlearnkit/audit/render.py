@@ -35,6 +35,10 @@ EXPLAIN = [
     ("FID_feat", "Fréchet distance of penultimate forget-set features to the retrained model's (PURGE; "
                  "audit.json also has the distance to the original's)"),
     ("cos. to orig.", "mean cosine similarity of penultimate forget-set features to the original's (PURGE)"),
+    ("IDI", "Information Difference Index (Jeon et al.): per layer, an InfoNCE critic estimates the mutual "
+            "information (nats, at most log 2) between the features and forget-vs-retained membership; IDI = "
+            "sum over layers of (unlearned − retrain) / sum of (original − retrain): 0 = retrain-like, "
+            "1 = as informative as the original"),
     ("MIA", "SVC-MIA efficacy (% of the forget set predicted non-member, SalUn) and the loss/confidence "
             "AUROC (PURGE, 0.5 ideal)"),
 ]
@@ -97,6 +101,30 @@ def resurface_rows(d: dict) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def idi_rows(d: dict) -> tuple[list[str], list[list[str]]] | None:
+    """Per-layer MI estimates of the three models, or None when IDI was not computed."""
+    i = d.get("idi") or {}
+    if not i.get("mi"):
+        return None
+    mi = i["mi"]
+    header = ["layer", "MI unlearned", "MI original", "MI retrained", "unlearned − retrain"]
+    rows = []
+    for layer in i["layers"]:
+        u, o, r = mi["unlearned"][layer], mi["original"][layer], mi["retrained"][layer]
+        rows.append([layer, f"{u['mean']:.3f} ± {u['std']:.3f}", f"{o['mean']:.3f} ± {o['std']:.3f}",
+                     f"{r:.3f}", f"{u['mean'] - r:+.3f}"])
+    return header, rows
+
+
+def idi_line(d: dict) -> str:
+    i = d.get("idi") or {}
+    value = i.get("idi")
+    head = f"IDI = {value:+.3f}" if value is not None else "IDI: n/a"
+    if i.get("id_original") is not None:
+        head += f" (ID unlearned {i['id_unlearned']:+.3f}, ID original {i['id_original']:+.3f} nats)"
+    return f"{head}. {i.get('note', '')}"
+
+
 def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(c.replace("|", "/") for c in r) + " |" for r in rows]
@@ -125,6 +153,9 @@ def audit_markdown(report: AuditReport) -> str:
     if d["resurfacing"]:
         lines += ["", "## Resurfacing checks", ""]
         lines += _md_table(*resurface_rows(d))
+    lines += ["", "## IDI", "", idi_line(d)]
+    if idi_rows(d):
+        lines += [""] + _md_table(*idi_rows(d))
     lines += ["", "## What each number means", ""]
     lines += [f"- **{k}**: {v}" for k, v in EXPLAIN]
     return "\n".join(lines) + "\n"
@@ -267,6 +298,9 @@ def audit_html(report: AuditReport) -> str:
     parts.append(f"<img alt='PCA embedding' src='data:image/png;base64,{figs['embedding']}'>")
     if d["resurfacing"]:
         parts.append("<h2>Resurfacing checks</h2>" + _html_table(*resurface_rows(d)))
+    parts.append(f"<h2>IDI</h2><p>{html.escape(idi_line(d))}</p>")
+    if idi_rows(d):
+        parts.append(_html_table(*idi_rows(d)))
     parts.append("<h2>What each number means</h2><ul>" +
                  "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in EXPLAIN) + "</ul>")
     parts.append("</body></html>")

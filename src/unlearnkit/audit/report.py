@@ -77,6 +77,7 @@ class AuditReport:
     audit_data: dict[str, dict]
     models: dict[str, dict]
     resurfacing: dict
+    idi: dict
     config: AuditConfig
     sample_level: bool
     penultimate: str
@@ -109,6 +110,7 @@ class AuditReport:
                            for name, rs in self.layers.items()},
             "models": self.models,
             "resurfacing": {k: v.to_dict() for k, v in self.resurfacing.items()},
+            "idi": self.idi,
             "cka": "centered (Kornblith 2019)" if self.config.center else "uncentered (Mirage code)",
             "sample_level": self.sample_level,
             "penultimate_layer": self.penultimate,

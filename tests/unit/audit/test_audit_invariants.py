@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import math
 from pathlib import Path
 
 import numpy as np
@@ -192,3 +193,25 @@ def test_batched_probe_solver_agrees_with_sklearn(original, retrain0, audit_spli
             assert rb.lpr == pytest.approx(ra.lpr, abs=0.5), (data, ra.layer)
             assert rb.delta_lpr.value == pytest.approx(ra.delta_lpr.value, abs=0.75), (data, ra.layer)
             assert rb.lpr_auroc == pytest.approx(ra.lpr_auroc, abs=0.005), (data, ra.layer)
+
+
+def test_idi_is_one_for_the_masked_original_and_near_zero_for_another_retrain(original, retrain0, retrain1,
+                                                                            audit_split):
+    """The masked-output original has the original's features at every layer: IDI exactly 1. A model
+    retrained with another seed carries no more information than the reference: IDI near 0 (closer
+    to 0 than to 1). On digits with 3 trials: +0.009 (audit/idi.py docstring)."""
+    from unlearnkit.audit.idi import idi_check
+    from unlearnkit.audit.memo import AuditCache
+    from unlearnkit.models.zoo import audit_layers
+
+    cfg = AuditConfig(idi=True, idi_trials=1, idi_steps=120)
+    cache, layers = AuditCache(), audit_layers(original)
+    masked = idi_check(original, masked_head(original), [retrain0], audit_split, layers, cfg, "cpu", cache)
+    assert masked["idi"] == pytest.approx(1.0)
+    assert masked["id_original"] > 0.1
+    other = idi_check(original, retrain1, [retrain0], audit_split, layers, cfg, "cpu", cache)
+    print("IDI of another retrain seed:", other["idi"], "ID_o", masked["id_original"])
+    assert abs(other["idi"]) < 0.5, other
+    assert other["mi"]["original"] == masked["mi"]["original"]  # computed once, from the cache
+    for layer in layers:
+        assert 0.0 <= other["mi"]["unlearned"][layer]["mean"] <= math.log(2) + 1e-9
