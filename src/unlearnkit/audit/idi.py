@@ -15,7 +15,8 @@ these are INFERRED, documented choices):
   theta's statistics while its affine parameters train. The critic's representation is the input
   of the classifier head (the ``penultimate`` vector of the copy); for the ``penultimate`` layer
   itself nothing trains but the projection head. Projection head: Linear(d, 128)-ReLU-
-  Linear(128, 128); scores f(z)^T g_y.
+  Linear(128, 128); scores f(z)^T g_y. (For ``penultimate`` the features are computed once and only
+  the projection head trains.)
 * data: the training split's forget samples and an equal number of retained ones (at most
   ``idi_max_per_side`` a side), 70 % to train the critic and 30 % held out. The bound is evaluated
   on the held-out part: a critic as flexible as the rest of the network could memorise its
@@ -75,10 +76,16 @@ class _Critic(nn.Module):
     def _grab(self, module, args):
         self._feat["z"] = args[0] if self.trains_body else args[0].detach()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def represent(self, x: torch.Tensor) -> torch.Tensor:
+        """The classifier head's input after the copy's trainable layers."""
         self.body(x)
-        z = self._feat.pop("z").flatten(1)
+        return self._feat.pop("z").flatten(1)
+
+    def score(self, z: torch.Tensor) -> torch.Tensor:
         return self.proj2(F.relu(self.proj(z))) @ self.g.T
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.score(self.represent(x))
 
     def remove_hooks(self) -> None:
         for h in self._handles:
@@ -111,15 +118,24 @@ def critic_mi(model: nn.Module, layer: str, data, config: AuditConfig, trial: in
     gen = torch.Generator().manual_seed(config.probe_seed + 7919 * trial)
     critic = _Critic(model, layer, gen).to(device)
     try:
+        if not critic.trains_body:
+            # the penultimate vector: nothing of the model trains, so its features are computed once
+            with torch.no_grad():
+                x_tr, x_te = (torch.cat([critic.represent(x[s:s + 512].to(device)) for s in range(0, len(x), 512)])
+                              for x in (x_tr, x_te))
+            forward = critic.score
+        else:
+            forward = critic
         for p in critic.body.parameters():
-            p.requires_grad_(True)
+            p.requires_grad_(critic.trains_body)
         with torch.enable_grad():
             # one backward to find the parameters upstream of the detached layer: freeze them, so later
             # forwards build no graph through them
-            critic(x_tr[:2].to(device)).sum().backward()
-            for p in critic.body.parameters():
-                if p.grad is None:
-                    p.requires_grad_(False)
+            if critic.trains_body:
+                critic(x_tr[:2].to(device)).sum().backward()
+                for p in critic.body.parameters():
+                    if p.grad is None:
+                        p.requires_grad_(False)
             critic.zero_grad(set_to_none=True)
             params = [p for p in critic.parameters() if p.requires_grad]
             opt = torch.optim.SGD(params, lr=config.idi_lr, momentum=0.9, weight_decay=5e-4)
@@ -128,7 +144,7 @@ def critic_mi(model: nn.Module, layer: str, data, config: AuditConfig, trial: in
                 order = torch.randperm(n, generator=gen)
                 for s in range(0, n, config.idi_batch_size):
                     idx = order[s:s + config.idi_batch_size]
-                    loss = F.cross_entropy(critic(x_tr[idx].to(device)), y_tr[idx].to(device))
+                    loss = F.cross_entropy(forward(x_tr[idx].to(device)), y_tr[idx].to(device))
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
                     opt.step()
@@ -136,7 +152,7 @@ def critic_mi(model: nn.Module, layer: str, data, config: AuditConfig, trial: in
                     if step == config.idi_steps:
                         break
         with torch.no_grad():
-            scores = torch.cat([critic(x_te[s:s + 512].to(device)).cpu() for s in range(0, len(y_te), 512)])
+            scores = torch.cat([forward(x_te[s:s + 512].to(device)).cpu() for s in range(0, len(y_te), 512)])
         mi = infonce_mi(scores, y_te)
     finally:
         critic.remove_hooks()
