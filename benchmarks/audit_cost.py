@@ -11,12 +11,17 @@ it times:
   test), logits only: the denominator;
 * feature extraction: the same passes with every audit layer tapped (the audit's own forward part);
 * the full audit (default AuditConfig: 20 probe resplits on both audit data, bootstrap, CKA, k-NN,
-  resurfacing checks), and the audit without the resurfacing checks.
+  resurfacing checks), and the audit without the resurfacing checks;
+* the audit of one more method inside a run: ``unlearnkit run`` shares an AuditCache, so the
+  original's and retrain's probes, bootstraps, k-NN and resurfacing are already there (its
+  denominator is then the one forward pass of the new model);
+* optionally (``--idi``) the audit with IDI's InfoNCE critics.
 
 It prints each wall time and its ratio to the bare passes. The goal in the issue is <= 1.3; the
 probes (2 x layers x (2 + references) x 20 logistic-regression fits) are CPU work that forward
 passes do not have, so on a small model the full audit is far above that: the numbers say by how
-much, and where the time goes.
+much, and where the time goes. ``--solver`` picks the probe solver (auto: sklearn on the CPU,
+the batched solver on a GPU).
 """
 from __future__ import annotations
 
@@ -54,11 +59,14 @@ def main() -> None:
     p.add_argument("--forget-class", type=int, default=3)
     p.add_argument("--jobs", type=int, default=None, help="AuditConfig.n_jobs for the probe fits")
     p.add_argument("--repeats", type=int, default=2, help="best of N for every timing")
+    p.add_argument("--solver", default="auto", choices=["auto", "sklearn", "batched"], help="probe solver")
+    p.add_argument("--idi", action="store_true", help="also time the audit with IDI (trains critics)")
     a = p.parse_args()
     os.environ.setdefault("UNLEARNKIT_PROGRESS", "0")
 
     from unlearnkit import ForgetSpec, load_dataset, make_split
     from unlearnkit.audit import AuditConfig, audit
+    from unlearnkit.audit.memo import AuditCache
     from unlearnkit.evaluation import PARTS, model_outputs
     from unlearnkit.models.zoo import audit_layers
     from unlearnkit.training import default_recipe, reference_model
@@ -84,7 +92,7 @@ def main() -> None:
         for m in models:
             model_outputs(m, split, layers)
 
-    cfg = AuditConfig(n_jobs=a.jobs)
+    cfg = AuditConfig(n_jobs=a.jobs, probe_solver=a.solver)
     bare()  # warm-up (allocator, kernels)
     audit(original, unlearned, retrain, split, config=AuditConfig(n_splits=2, n_bootstrap=10))
     n_rows = sum(len(getattr(split, p)) for p in PARTS)
@@ -92,13 +100,33 @@ def main() -> None:
     t_feat = _best(features, a.repeats)
     reports = []
     t_full = _best(lambda: reports.append(audit(original, unlearned, retrain, split, config=cfg)), a.repeats)
-    no_res = AuditConfig(n_jobs=a.jobs, bn_recalibration=False, relearn=False)
+    no_res = AuditConfig(n_jobs=a.jobs, probe_solver=a.solver, bn_recalibration=False, relearn=False)
     t_nores = _best(lambda: audit(original, unlearned, retrain, split, config=no_res), a.repeats)
     rep = reports[-1]
 
+    # inside a run: the references' numbers are cached; the new model needs one forward pass
+    outs = {"original": model_outputs(original, split, layers), "retrained": [model_outputs(retrain, split, layers)]}
+    run_cache = AuditCache()
+    audit(original, original, retrain, split, config=cfg, cache=run_cache, outputs=outs)  # the run's first audit
+
+    @torch.no_grad()
+    def bare_one():
+        unlearned.eval()
+        for part in PARTS:
+            for xb, _ in getattr(split, part).batches(512):
+                unlearned(xb)
+
+    t_bare1 = _best(bare_one, a.repeats)
+    t_inrun = _best(lambda: audit(original, unlearned, retrain, split, config=cfg, cache=run_cache, outputs=outs),
+                    a.repeats)
+    t_idi = None
+    if a.idi:
+        t_idi = _best(lambda: audit(original, unlearned, retrain, split,
+                                    config=AuditConfig(n_jobs=a.jobs, probe_solver=a.solver, idi=True)), 1)
+
     print(f"{bundle.name} / small_cnn, forget class {a.forget_class}: 3 models x {n_rows} rows "
           f"(train forget + train retain + test); torch threads {torch.get_num_threads()}, "
-          f"CPUs {os.cpu_count()}, probe jobs {a.jobs or 1}; best of {a.repeats}")
+          f"CPUs {os.cpu_count()}, probe solver {a.solver}, probe threads {a.jobs or 'auto'}; best of {a.repeats}")
     print(f"{'what':48s} {'wall s':>8s} {'x bare':>8s}")
     rows = [("bare forward passes (logits only)", t_bare),
             ("feature extraction (all audit layers + logits)", t_feat),
@@ -106,6 +134,10 @@ def main() -> None:
             ("full audit (default AuditConfig)", t_full)]
     for name, t in rows:
         print(f"{name:48s} {t:8.2f} {t / t_bare:8.2f}")
+    if t_idi is not None:
+        print(f"{'full audit + IDI (critics: 3 models x layers x 3)':48s} {t_idi:8.2f} {t_idi / t_bare:8.2f}")
+    print(f"one more method inside a run (cached references): {t_inrun:.2f}s over its own bare forward pass "
+          f"{t_bare1:.2f}s = {t_inrun / t_bare1:.2f}x")
     print(f"audit's own forward part: {rep.timing['forward_s']:.2f}s; verdict {rep.verdict} "
           f"(rests on {rep.rests_on}); goal <= 1.3x: "
           f"{'met' if t_full / t_bare <= 1.3 else 'not met'} by the full audit, "
