@@ -35,7 +35,8 @@ def logging_to(path: Path):
     from ..progress import console
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    old = console.file, console.soft_wrap
+    # rich resolves an unset file to the current sys.stderr at each write; keep it unset afterwards
+    old = getattr(console, "_file", None), console.soft_wrap
     with open(path, "a") as f:
         console.file, console.soft_wrap = f, True
         try:
