@@ -117,16 +117,29 @@ def test_bench_refuses_an_unknown_executor(tiny_bench):
     assert r.exit_code == 2 and "unknown executor 'spark'" in r.output
 
 
+def children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
 def test_kill_9_mid_grid_loses_nothing_and_resumes(tmp_path, cache_dir):
-    """A real process killed with SIGKILL after some cells: the store is intact, finished cells stay
-    and are not run again, the next call runs exactly the rest."""
+    """A real `unlearnkit bench --jobs 2` killed with SIGKILL after some cells: its workers die with it,
+    the store is intact, finished cells stay and are not run again, the next call runs exactly the rest."""
     suite = {**NO_AUDIT, "grids": [{**TINY["grids"][0], "methods": ["GA", "finetune"]}]}
     path = write_suite(tmp_path / "kill.yaml", suite)
     db, out = tmp_path / "kill.db", tmp_path / "cells"
     args = ["bench", str(path), "--db", str(db), "--out", str(out), "--cache-dir", str(cache_dir), "--no-progress"]
     env = {**os.environ, "PYTHONPATH": str(Path(unlearnkit.__file__).parents[1]), "UNLEARNKIT_PROGRESS": "0"}
     with open(tmp_path / "first.log", "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "unlearnkit", *args], env=env, stdout=log, stderr=log)
+        proc = subprocess.Popen([sys.executable, "-m", "unlearnkit", *args, "--jobs", "2"], env=env, stdout=log,
+                                stderr=log)
         deadline = time.time() + 240
         done = 0
         while time.time() < deadline and proc.poll() is None:
@@ -138,8 +151,17 @@ def test_kill_9_mid_grid_loses_nothing_and_resumes(tmp_path, cache_dir):
                 break
             time.sleep(0.05)
         assert proc.poll() is None, f"the grid finished before it could be killed: {(tmp_path / 'first.log').read_text()}"
+        workers = [c for c in children(proc.pid) if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
+    assert len(workers) == 2
+    for _ in range(100):  # the workers get SIGKILL when their parent dies (PR_SET_PDEATHSIG)
+        if not any(Path(f"/proc/{w}").exists() and "Z" not in Path(f"/proc/{w}/stat").read_text().split()[2]
+                   for w in workers):
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"worker processes {workers} outlived the killed bench")
     assert query(db, "PRAGMA integrity_check") == [("ok",)]
     before = dict((c, (f, r)) for c, f, r in query(db, "SELECT cell_id, finished, run_id FROM cells"))
     assert 2 <= len(before) < 6

@@ -14,14 +14,14 @@ DEFAULT_DB = "results/unlearnkit.db"
 def bench_command(
     suite_file: Path = typer.Argument(..., metavar="SUITE.yaml", help="benchmark suite, e.g. "
                                       "benchmarks/configs/cpu.yaml"),
-    db: Optional[Path] = typer.Option(None, help=f"results store (SQLite) [the suite's db, else {DEFAULT_DB}]"),
-    out: Optional[Path] = typer.Option(None, help="folder for each cell's run files [the suite's out, else "
-                                                  "results/<suite>]"),
+    db: Optional[Path] = typer.Option(None, help=f"results store (SQLite); default: the suite's db, else {DEFAULT_DB}"),
+    out: Optional[Path] = typer.Option(None, help="folder for each cell's run files; default: the suite's out, "
+                                                  "else results/<suite>"),
     jobs: int = typer.Option(1, help="cells in parallel: local worker processes (with --executor ray: the "
                                      "CPUs of the local Ray)"),
     executor: str = typer.Option("local", help="local | ray"),
-    address: Optional[str] = typer.Option(None, help="Ray cluster address (ray://host:10001 or host:6379) "
-                                                     "[a local Ray]"),
+    address: Optional[str] = typer.Option(None, help="Ray cluster address (ray://host:10001 or host:6379); "
+                                                     "default: a local Ray"),
     cache_dir: Optional[Path] = typer.Option(None, help="model cache (default ~/.cache/unlearnkit/models)"),
     device: str = typer.Option("auto", help="auto | cpu | cuda | cuda:N"),
     data_dir: Path = typer.Option(Path("data"), help="where torchvision datasets live"),

@@ -67,11 +67,11 @@ class Cell:
     cell_id: str = field(init=False)
 
     def __post_init__(self) -> None:
-        blob = json.dumps({"kind": self.kind, "config": self.config}, sort_keys=True, default=str)
-        object.__setattr__(self, "cell_id", hashlib.sha256(blob.encode()).hexdigest()[:16])
+        object.__setattr__(self, "cell_id", self.config_hash[:16])
 
     @property
     def config_hash(self) -> str:
+        """sha256 of what the cell is (its kind and configuration); the id is its first 16 digits."""
         blob = json.dumps({"kind": self.kind, "config": self.config}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()
 

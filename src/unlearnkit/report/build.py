@@ -27,14 +27,24 @@ def describe(records: list[Record], sources: list[str]) -> list[str]:
             f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}"]
 
 
+def describe_runs(runs: list[dict]) -> str:
+    """One line on the ``unlearnkit bench`` calls that filled the store."""
+    parts = []
+    for r in runs:
+        state = f"{r['wall_s']:.0f} s" if r.get("finished") else "interrupted"
+        parts.append(f"#{r['run_id']} {r['started']} {r['executor']} x{r['jobs'] or 1}: {r['n_done']} run, "
+                     f"{r['n_skipped']} kept, {r['n_failed']} failed, {state}")
+    return "bench calls: " + "; ".join(parts)
+
+
 def make_report(records: list[Record], out: str | Path, sources: list[str],
-                title: str = "unlearnkit benchmark report") -> dict[str, Path]:
+                title: str = "unlearnkit benchmark report", runs: list[dict] | None = None) -> dict[str, Path]:
     """Write report.html, report.md (+ report_files/), summary.csv and cells.csv into ``out``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tables = build_tables(records)
     figures = build_figures(records)
-    meta = describe(records, sources)
+    meta = describe(records, sources) + ([describe_runs(runs)] if runs else [])
     write_html(out / "report.html", title, meta, tables, figures)
     write_markdown(out / "report.md", title, meta, tables, figures)
     write_csv(out, tables, records)

@@ -11,7 +11,7 @@ from ..errors import UserError
 
 def report_command(
     db: Optional[Path] = typer.Option(None, help="results store written by `unlearnkit bench` "
-                                                 "[results/unlearnkit.db when no --results is given]"),
+                                                 "(default results/unlearnkit.db when no --results is given)"),
     results: List[Path] = typer.Option([], "--results", help="a results.json written by `unlearnkit run` "
                                                              "(or its folder); repeat for several"),
     out: Path = typer.Option(Path("results/report"), help="folder for report.html, report.md and the CSVs"),
@@ -28,7 +28,13 @@ def report_command(
                             "`unlearnkit bench`) or --results path/to/results.json")
     records, repeated = load_records(db, list(results))
     sources = ([f"store {db}"] if db is not None else []) + [str(p) for p in results]
-    paths = make_report(records, out, sources, title)
+    runs = None
+    if db is not None:
+        from ..bench.store import ResultStore
+
+        with ResultStore(db, create=False) as store:
+            runs = store.runs()
+    paths = make_report(records, out, sources, title, runs)
     if repeated:
         typer.echo(f"note: {repeated} repeated row(s) (same task, seed and method) counted once", err=True)
     typer.echo(f"wrote {paths['html']}, {paths['md'].name}, {paths['summary'].name} and {paths['cells'].name} "
