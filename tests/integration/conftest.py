@@ -1,37 +1,11 @@
 """A tiny benchmark on digits, run once per session (in-process) and shared by the bench/report tests."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
+from bench_helpers import TINY, TinyBench, write_suite
 from typer.testing import CliRunner
-
-TINY = {"suite": "tiny",
-        "defaults": {"recipe": {"epochs": 2},
-                     "audit_config": {"n_splits": 2, "n_bootstrap": 20, "bn_recalibration": False, "relearn": False}},
-        "grids": [{"name": "class", "datasets": ["digits"], "tasks": [{"forget_classes": [3]}],
-                   "methods": ["GA"], "seeds": [0, 1]}]}
-
-
-@dataclass
-class TinyBench:
-    suite: Path
-    db: Path
-    out: Path
-    cache: Path
-    output: str
-    report: Path | None = None
-
-    def args(self, *extra) -> list[str]:
-        return ["bench", str(self.suite), "--db", str(self.db), "--out", str(self.out), "--cache-dir",
-                str(self.cache), "--no-progress", *extra]
-
-
-def write_suite(path: Path, suite: dict) -> Path:
-    path.write_text(yaml.safe_dump(suite))
-    return path
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ import unlearnkit
 from unlearnkit.cli import app
 from unlearnkit.report.stats import fmt, stat
 
-from conftest import TINY, write_suite
+from bench_helpers import TINY, write_suite
 
 runner = CliRunner()
 VOLATILE = {"runtime_s", "speedup"}
