@@ -126,9 +126,11 @@ def verdict_table(groups) -> Table:
     blocks = list(groups)
     methods = list(dict.fromkeys(m for b in blocks for m in groups[b] if m != "retrain"))
     rows = [[m] + [verdicts(r.verdict for r in groups[b].get(m, [])) for b in blocks] for m in methods]
-    return Table("verdicts", "Audit verdicts", "Verdict of the representation audit per seed (erased, suppressed, "
-                 "collapsed, not_forgotten, inconclusive); the original is a positive control.",
-                 ["method"] + [block_name(b) for b in blocks], rows)
+    one = len({b[:2] for b in blocks}) == 1  # one dataset and model: the tasks name the columns
+    return Table("verdicts", "Audit verdicts" + (f" ({blocks[0][0]} / {blocks[0][1]})" if one else ""),
+                 "Verdict of the representation audit per seed (erased, suppressed, collapsed, not_forgotten, "
+                 "inconclusive); the original is a positive control.",
+                 ["method"] + [b[2] if one else block_name(b) for b in blocks], rows)
 
 
 def mirage_table(block: Block, methods: dict[str, list[Record]]) -> Table:
