@@ -204,3 +204,18 @@ def test_ray_executor_gives_the_same_cells(tmp_path, cache_dir):
     def stable(rows):
         return [(c, e, {k: v for k, v in json.loads(m).items() if k not in VOLATILE}, s) for c, e, m, s in rows]
     assert stable(on_ray) == stable(local)
+
+
+def test_a_failing_cell_is_recorded_and_retried(tmp_path, cache_dir):
+    suite = {**NO_AUDIT, "grids": [{**TINY["grids"][0], "seeds": [0],
+                                    "tasks": [{"forget_indices": str(tmp_path / "missing.txt")}]}]}
+    path = write_suite(tmp_path / "fail.yaml", suite)
+    args = ["bench", str(path), "--db", str(tmp_path / "f.db"), "--out", str(tmp_path / "cells"), "--cache-dir",
+            str(cache_dir), "--no-progress"]
+    for attempt in (1, 2):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 1 and "2 cell(s) failed" in r.output and "FAILED" in r.output, r.output
+        assert "0 finished before" in r.output  # failed cells are not finished: each call retries them
+    failures = query(tmp_path / "f.db", "SELECT run_id, error FROM failures ORDER BY run_id")
+    assert [f[0] for f in failures] == [1, 1, 2, 2] and all("missing.txt" in f[1] for f in failures)
+    assert query(tmp_path / "f.db", "SELECT count(*) FROM cells") == [(0,)]
