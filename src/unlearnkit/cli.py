@@ -194,6 +194,17 @@ def _register_audit() -> None:
 _register_audit()
 
 
+def _register_bench_report() -> None:
+    from .bench.command import bench_command
+    from .report.command import report_command
+
+    app.command("bench", help=bench_command.__doc__)(handles_errors(bench_command))
+    app.command("report", help=report_command.__doc__)(handles_errors(report_command))
+
+
+_register_bench_report()
+
+
 def main() -> None:
     try:
         app()

@@ -13,6 +13,7 @@ Keys (YAML and ``unlearnkit run`` flags take the same names, dashes or underscor
     recipe: {epochs: 10}        # overrides of the default training recipe
     test_convention: salun      # salun | purge (see evaluation.py)
     audit: true   idi: false    # representation audit of every model; IDI too (slower)
+    audit_config: {n_splits: 5} # overrides of unlearnkit.audit.AuditConfig (e.g. fewer probe resplits)
     out: runs/demo   data_dir: data   download: false   device: auto   cache_dir: null
 """
 from __future__ import annotations
@@ -46,6 +47,7 @@ class RunConfig:
     test_convention: str = "salun"
     audit: bool = True
     idi: bool = False           # also estimate IDI in every audit (trains InfoNCE critics; slower)
+    audit_config: dict = field(default_factory=dict)   # overrides of AuditConfig's fields
     out: str = "runs/run"
     data_dir: str = "data"
     download: bool = False
@@ -69,7 +71,7 @@ class RunConfig:
             raise UserError(f"test_convention must be salun or purge, not {self.test_convention!r}")
         if not self.methods:
             raise UserError("no method given: pass --methods (e.g. finetune,gradient_ascent or all)")
-        for key in ("model_kwargs", "method_params", "recipe"):
+        for key in ("model_kwargs", "method_params", "recipe", "audit_config"):
             if not isinstance(getattr(self, key), dict):
                 raise UserError(f"config key {key!r} must be a mapping")
 

@@ -27,11 +27,12 @@ class _Bar:
 
 
 @contextmanager
-def bar(total: int, description: str, enabled: bool = True) -> Iterator[_Bar]:
+def bar(total: int, description: str, enabled: bool = True, on: Console | None = None) -> Iterator[_Bar]:
+    """A progress bar on ``on`` (default: the shared stderr console)."""
     if not (enabled and progress_enabled()):
         yield _Bar(None, None)
         return
     columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TimeRemainingColumn(), TextColumn("{task.fields[info]}")]
-    with Progress(*columns, console=console, transient=False) as p:
+    with Progress(*columns, console=on or console, transient=False) as p:
         yield _Bar(p, p.add_task(description, total=total, info=""))

@@ -98,9 +98,27 @@ def summary_metrics(m: dict, ref: dict, runtime_s: float, retrain_time_s: float)
     return {k: _finite(v) for k, v in out.items()}
 
 
-def run_experiment(cfg: RunConfig, progress: bool = True) -> dict:
-    """Run one configuration end to end; returns the results dict also written to ``cfg.out``."""
+def audit_settings(cfg: RunConfig):
+    """The AuditConfig of a run: its defaults with ``cfg.audit_config``'s overrides (bad keys: UserError);
+    ``cfg.idi`` (``--idi``) turns IDI on."""
+    from .audit import AuditConfig
+
+    overrides = {"idi": True, **cfg.audit_config} if cfg.idi else dict(cfg.audit_config)
+    try:
+        return AuditConfig(**overrides)
+    except TypeError:
+        bad = sorted(set(cfg.audit_config) - set(AuditConfig.field_names()))
+        raise UserError(f"unknown audit_config key(s) {bad}; known: {', '.join(AuditConfig.field_names())}") from None
+
+
+def run_experiment(cfg: RunConfig, progress: bool = True, audit_original: bool = True) -> dict:
+    """Run one configuration end to end; returns the results dict also written to ``cfg.out``.
+
+    ``audit_original=False`` skips the audit of the original model (``unlearnkit bench`` audits it
+    once per group of cells that share it, in the group's reference cell).
+    """
     names = method_names(cfg.methods)  # unknown names fail before any work
+    audit_config = audit_settings(cfg) if cfg.audit else None
     device = resolve_device(cfg.device)
     bundle = load_dataset(cfg.dataset, cfg.data_dir, cfg.download, cfg.data_seed)
     split = build_split(cfg, bundle)
@@ -141,16 +159,16 @@ def run_experiment(cfg: RunConfig, progress: bool = True) -> dict:
         """The representation audit of one model against original and retrain (one forward pass reused)."""
         if not cfg.audit:
             return
-        from .audit import AuditConfig, audit, write_audit
+        from .audit import audit, write_audit
 
-        rep = audit(original.model, model, retrain.model, split, layers, config=AuditConfig(idi=cfg.idi),
-                    device=device,
+        rep = audit(original.model, model, retrain.model, split, layers, config=audit_config, device=device,
                     outputs={"original": out_o, "unlearned": outputs, "retrained": [out_r]}, cache=audit_cache)
         write_audit(rep, out / "audits" / name)
         models[name]["audit"] = rep.to_dict()
         console.print(f"  audit {name}: [bold]{rep.verdict}[/] ({rep.timing['total_s']:.1f}s)")
 
-    run_audit("original", original.model, out_o)
+    if audit_original:
+        run_audit("original", original.model, out_o)
 
     for name in names:
         if name == "retrain":

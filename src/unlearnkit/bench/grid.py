@@ -1,0 +1,260 @@
+"""A benchmark suite (YAML) expanded into cells: datasets x models x tasks x methods (x variants) x seeds.
+
+A suite file (``yaml.safe_load``: plain data only)::
+
+    suite: cpu                       # name (default: the file's stem)
+    db: results/unlearnkit.db        # results store (``--db`` overrides)
+    out: results/cpu                 # each cell's run folder goes below it (``--out`` overrides)
+    defaults:                        # RunConfig keys for every cell (src/unlearnkit/config.py)
+      recipe: {epochs: 10}
+      audit_config: {n_splits: 5}
+    grids:                           # or the keys of one grid at the top level
+      - name: class
+        datasets: [digits]
+        models: [small_cnn]
+        tasks: [{forget_classes: [3]}, {forget_random: 0.1, name: random 10%}]
+        methods: [all]               # every registered method but retrain
+        seeds: [0, 1, 2]
+      - name: mismatch
+        tasks: [{task: data_mismatch, forget_classes: [3]}]
+        methods: [gradient_ascent, {name: salun, variants: [{lr: 0.01}, {lr: 0.05}]}]
+        seeds: [0, 1, 2]
+        recipe: {epochs: 10}         # any RunConfig key here overrides ``defaults`` for this grid
+
+Each (dataset, model, task, seed) is a *group*: one ``reference`` cell evaluates and audits the
+original and the retrained model once, and one cell per method (and hyperparameter variant) runs
+that method through :func:`unlearnkit.runner.run_experiment`, so its numbers are those
+``unlearnkit run`` prints for the same configuration. A cell's id is the hash of its configuration:
+the same cell in two grids (or two suites) is one cell, and a finished one is never run again.
+"""
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from ..config import RunConfig, _known
+from ..errors import UserError
+
+GRID_KEYS = {"name", "datasets", "models", "tasks", "methods", "seeds"}
+TASK_KEYS = {"name", "forget_classes", "forget_random", "forget_indices", "task", "concept"}
+CELL_KEYS = {"dataset", "model", "methods", "seed", "out", "cache_dir", "device", "data_dir", "download",
+             *TASK_KEYS - {"name"}}
+TOP_KEYS = {"suite", "db", "out", "defaults", "grids"}
+#: RunConfig keys that do not change a cell's numbers (where files go, which device runs it)
+MACHINE_KEYS = ("out", "cache_dir", "device", "data_dir", "download")
+#: RunConfig keys that only matter to the methods (not to the reference models)
+METHOD_KEYS = ("methods", "method_params", "preset")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One unit of work. ``kind`` is ``reference`` (original + retrain rows) or ``method``."""
+
+    suite: str
+    grid: str
+    kind: str
+    label: str                  # method name, with its variant: ``salun[lr=0.01]``; ``reference``
+    method: str | None
+    variant: dict
+    task: str                   # task label, e.g. ``class 3`` or ``data_mismatch 3``
+    config: dict                # RunConfig keys, without the machine keys
+    cell_id: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cell_id", self.config_hash[:16])
+
+    @property
+    def config_hash(self) -> str:
+        """sha256 of what the cell is (its kind and configuration); the id is its first 16 digits."""
+        blob = json.dumps({"kind": self.kind, "config": self.config}, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    @property
+    def group(self) -> tuple:
+        c = self.config
+        return (c["dataset"], c["model"], self.task, c["seed"])
+
+    def describe(self) -> str:
+        c = self.config
+        return f"{c['dataset']}/{c['model']} {self.task} seed {c['seed']}: {self.label}"
+
+    def folder(self, out: Path) -> Path:
+        c = self.config
+        return (Path(out) / _slug(f"{c['dataset']}-{c['model']}") / _slug(self.task) / f"seed{c['seed']}"
+                / f"{_slug(self.label)}-{self.cell_id[:8]}")
+
+
+@dataclass
+class Suite:
+    name: str
+    cells: list[Cell]
+    db: str | None
+    out: str | None
+    path: str | None = None
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.+=-]+", "_", str(text)).strip("_")[:80] or "_"
+
+
+def _check(data: dict, allowed: set, where: str) -> dict:
+    for key in data:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), sorted(allowed), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise UserError(f"unknown key {key!r} in {where}{hint}")
+    return data
+
+
+def _as_list(value, what: str) -> list:
+    if value is None:
+        raise UserError(f"{what} is missing")
+    out = value if isinstance(value, list) else [value]
+    if not out:
+        raise UserError(f"{what} is empty")
+    return out
+
+
+def task_label(task: dict) -> str:
+    if task.get("name"):
+        return str(task["name"])
+    classes = ",".join(str(c) for c in _ints(task.get("forget_classes")))
+    if task.get("task"):
+        concept = task.get("concept")
+        return f"{task['task']} {classes}" + (f" of {','.join(str(c) for c in _ints(concept))}" if concept else "")
+    if task.get("forget_random") is not None:
+        r = float(task["forget_random"])
+        return f"random {r * 100:g}%" if r < 1 else f"random {int(r)}"
+    if task.get("forget_indices"):
+        return f"indices {Path(str(task['forget_indices'])).name}"
+    return f"class {classes}" if "," not in classes else f"classes {classes}"
+
+
+def _ints(value) -> list[int]:
+    if value is None:
+        return []
+    if isinstance(value, (int, str)):
+        value = [v for v in str(value).replace(" ", "").split(",") if v]
+    try:
+        return [int(v) for v in value]
+    except (TypeError, ValueError):
+        raise UserError(f"expected integers, got {value!r}") from None
+
+
+def _methods(entries: list, where: str) -> list[tuple[str, dict]]:
+    """``[(canonical name, overrides)]``: a name, ``all``, or ``{name, params | variants}``."""
+    from ..methods import METHODS
+
+    out: list[tuple[str, dict]] = []
+    for entry in entries:
+        if isinstance(entry, str) and entry.lower() == "all":
+            out += [(n, {}) for n in METHODS.names() if n != "retrain"]
+            continue
+        if isinstance(entry, str):
+            entry = {"name": entry}
+        if not isinstance(entry, dict) or "name" not in entry:
+            raise UserError(f"a method in {where} must be a name or a mapping with 'name', got {entry!r}")
+        _check(entry, {"name", "params", "variants"}, f"method {entry['name']!r} of {where}")
+        name = METHODS.canonical(str(entry["name"]))  # unknown names fail here, with a suggestion
+        if name == "retrain":
+            continue  # every group's reference cell holds the retrained model
+        base = dict(entry.get("params") or {})
+        variants = entry.get("variants") or [{}]
+        if not isinstance(variants, list) or not all(isinstance(v, dict) for v in variants):
+            raise UserError(f"variants of {name} in {where} must be a list of mappings")
+        out += [(name, {**base, **v}) for v in variants]
+    return out
+
+
+def _variant_label(name: str, params: dict) -> str:
+    if not params:
+        return name
+    return f"{name}[{','.join(f'{k}={params[k]}' for k in sorted(params))}]"
+
+
+def _validate_method(name: str, params: dict, preset: str, dataset: str, model: str) -> None:
+    from ..methods import METHODS, preset_for
+
+    p = preset_for(dataset, model) if preset == "auto" else preset
+    METHODS.get(name).from_preset(p, dataset, **params)  # unknown hyperparameters: UserError
+
+
+def expand(data: dict, name: str) -> list[Cell]:
+    """The cells of a parsed suite, in run order: group by group, reference cell first."""
+    _check(data, TOP_KEYS | GRID_KEYS | (set(_known()) - CELL_KEYS), "the suite")
+    defaults = dict(data.get("defaults") or {})
+    _check(defaults, set(_known()) - CELL_KEYS, "defaults")
+    grids = data.get("grids")
+    if grids is None:
+        grids = [{k: v for k, v in data.items() if k not in TOP_KEYS}]
+    if not isinstance(grids, list) or not grids:
+        raise UserError("grids must be a non-empty list of grids")
+    cells: dict[str, Cell] = {}
+    for i, grid in enumerate(grids):
+        if not isinstance(grid, dict):
+            raise UserError(f"grid {i + 1} must be a mapping")
+        gname = str(grid.get("name") or f"grid{i + 1}")
+        where = f"grid {gname!r}"
+        _check(grid, GRID_KEYS | (set(_known()) - CELL_KEYS), where)
+        base = {**defaults, **{k: v for k, v in grid.items() if k not in GRID_KEYS}}
+        datasets = _as_list(grid.get("datasets"), f"datasets of {where}")
+        models = _as_list(grid.get("models", ["small_cnn"]), f"models of {where}")
+        tasks = _as_list(grid.get("tasks"), f"tasks of {where}")
+        seeds = [int(s) for s in _as_list(grid.get("seeds", [0]), f"seeds of {where}")]
+        methods = _methods(_as_list(grid.get("methods"), f"methods of {where}"), where)
+        for t in tasks:
+            if not isinstance(t, dict):
+                raise UserError(f"a task of {where} must be a mapping such as {{forget_classes: [3]}}, got {t!r}")
+            _check(t, TASK_KEYS, f"a task of {where}")
+        for dataset in datasets:
+            for model in models:
+                for m_name, params in methods:
+                    _validate_method(m_name, {**base.get("method_params", {}).get(m_name, {}), **params},
+                                     base.get("preset", "auto"), str(dataset), str(model))
+                for t in tasks:
+                    spec = {k: v for k, v in t.items() if k != "name"}
+                    label = task_label(t)
+                    for seed in seeds:
+                        common = {**base, **spec, "dataset": str(dataset), "model": str(model), "seed": seed}
+                        ref = {k: v for k, v in common.items() if k not in METHOD_KEYS}
+                        _add(cells, Cell(name, gname, "reference", "reference", None, {}, label,
+                                         _config({**ref, "methods": ["retrain"]})))
+                        for m_name, params in methods:
+                            given = {**base.get("method_params", {}).get(m_name, {}), **params}
+                            cfg = {**common, "methods": [m_name], "method_params": {m_name: given} if given else {}}
+                            _add(cells, Cell(name, gname, "method", _variant_label(m_name, params), m_name, params,
+                                             label, _config(cfg)))
+    return list(cells.values())
+
+
+def _config(keys: dict) -> dict:
+    """The cell's RunConfig as a plain dict, validated, without the machine keys."""
+    try:
+        cfg = RunConfig(**keys).to_dict()
+    except TypeError as e:
+        raise UserError(f"bad configuration in the suite: {e}") from None
+    return {k: v for k, v in cfg.items() if k not in MACHINE_KEYS}
+
+
+def _add(cells: dict, cell: Cell) -> None:
+    cells.setdefault(cell.cell_id, cell)
+
+
+def load_suite(path: str | Path) -> Suite:
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise UserError(f"suite file {p} does not exist")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise UserError(f"suite file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"suite file {p} must hold a mapping of keys")
+    name = str(data.get("suite") or p.stem)
+    return Suite(name, expand(data, name), data.get("db"), data.get("out"), str(p))

@@ -1,0 +1,42 @@
+"""``unlearnkit report``: a plain function with typer defaults, registered by cli.py."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from ..errors import UserError
+
+
+def report_command(
+    db: Optional[Path] = typer.Option(None, help="results store written by `unlearnkit bench` "
+                                                 "(default results/unlearnkit.db when no --results is given)"),
+    results: List[Path] = typer.Option([], "--results", help="a results.json written by `unlearnkit run` "
+                                                             "(or its folder); repeat for several"),
+    out: Path = typer.Option(Path("results/report"), help="folder for report.html, report.md and the CSVs"),
+    title: str = typer.Option("unlearnkit benchmark report", help="the report's title"),
+):
+    """Tables in the seed papers' layouts, plots, and a self-contained report.html (+ .md, .csv)."""
+    from .build import make_report
+    from .records import load_records
+
+    if db is None and not results:
+        db = Path("results/unlearnkit.db")
+        if not db.is_file():
+            raise UserError("no results store at results/unlearnkit.db: give --db PATH (written by "
+                            "`unlearnkit bench`) or --results path/to/results.json")
+    records, repeated = load_records(db, list(results))
+    sources = ([f"store {db}"] if db is not None else []) + [str(p) for p in results]
+    runs = None
+    if db is not None:
+        from ..bench.store import ResultStore
+
+        with ResultStore(db, create=False) as store:
+            runs = store.runs()
+    paths = make_report(records, out, sources, title, runs)
+    if repeated:
+        typer.echo(f"note: {repeated} repeated row(s) (same task, seed and method) counted once", err=True)
+    typer.echo(f"wrote {paths['html']}, {paths['md'].name}, {paths['summary'].name} and {paths['cells'].name} "
+               f"({len(paths['tables'])} tables, {len(paths['figures'])} figures)")
+    return paths

@@ -1,0 +1,219 @@
+"""The report's tables, in the layouts of the seed papers, mean ± std over seeds.
+
+* **verdicts**: every method's audit verdicts per task (an overview, not a paper's table);
+* **Mirage** (seed 000, main table): metrics as rows, Retrain then the methods as columns:
+  Acc_r (test accuracy on the retained classes), y_u (forget accuracy: on the forgotten test
+  samples, Mirage's ``yu_acc``; on the training forget set where the task has no forgotten test
+  samples), LPR, ΔLPR with its interval, CKA to the original, F (Fisher separability), all at
+  the penultimate layer on the data the audit's verdict rests on;
+* **TARF** (seed 002, Table 1): Gap to retrain per task (rows) and method (columns);
+* **PURGE** (seed 004): TA (full test set, the forgotten class included, PURGE's convention), FA
+  (train forget), RA (train retain), MIA AUROC (0.5 ideal), speedup (retrain time / method time);
+* **EC** (seed 001): CKA x 100 to the original at the penultimate layer, IDI (when the audit has
+  it), H-Mean of (100 - test forget acc) and test retain acc;
+* **layers**: ΔLPR [interval], CKA to the original and to retrain, separability ratio over
+  retrain, for every audited layer.
+
+ΔLPR's interval: with one seed, the audit's paired interval over probe resplits; with n >= 2
+seeds, the 95 % Student-t interval of the mean over seeds. Every number shown is also a row of
+``summary.csv`` (``values``), so tables and CSV cannot disagree.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .records import REFERENCE_ROWS, Record
+from .stats import DASH, Stat, fmt, seed_interval, stat, verdicts
+
+Block = tuple[str, str, str]
+
+
+@dataclass
+class Table:
+    key: str
+    title: str
+    caption: str
+    header: list[str]
+    rows: list[list[str]]
+    block: Block | None = None
+    values: list[dict] = field(default_factory=list)
+
+
+def group(records: list[Record]) -> dict[Block, dict[str, list[Record]]]:
+    """``{block: {method: [records over seeds]}}``; retrain and original first, then methods as found."""
+    out: dict[Block, dict[str, list[Record]]] = {}
+    for r in records:
+        out.setdefault(r.block, {}).setdefault(r.method, []).append(r)
+    for block, methods in out.items():
+        order = [m for m in REFERENCE_ROWS if m in methods] + [m for m in methods if m not in REFERENCE_ROWS]
+        out[block] = {m: sorted(methods[m], key=lambda r: r.seed) for m in order}
+    return out
+
+
+def block_name(block: Block) -> str:
+    return f"{block[0]} / {block[1]}, {block[2]}"
+
+
+# --- what a record says -------------------------------------------------------------------------
+
+def metric(key: str):
+    return lambda r: r.metrics.get(key)
+
+
+def forget_acc_yu(r: Record):
+    v = r.metrics.get("test_forget_acc")
+    return v if v is not None else r.metrics.get("forget_acc")
+
+
+def layer(key: str, name: str | None = None):
+    def get(r: Record):
+        a = r.audit or {}
+        layer_name = name or a.get("penultimate_layer")
+        return ((a.get("layers") or {}).get(layer_name) or {}).get(key)
+    return get
+
+
+def idi(r: Record):
+    v = (r.audit or {}).get("idi")
+    return v.get("idi") if isinstance(v, dict) else None
+
+
+def speedup(r: Record):
+    return None if r.method == "original" else r.metrics.get("speedup")
+
+
+def cka_x100(r: Record):
+    v = layer("cka_original")(r)
+    return None if v is None else 100 * v
+
+
+class Collector:
+    """Formats cells and keeps every number shown as a CSV row."""
+
+    def __init__(self, table: str) -> None:
+        self.table, self.values = table, []
+
+    def cell(self, block: Block, method: str, recs: list[Record], get, metric_name: str, spec: str = "{:.1f}",
+             suffix: str = "", layer_name: str = "", interval: str | None = None) -> str:
+        s = stat(get(r) for r in recs)
+        if s is not None and interval is not None:
+            s = self._interval(s, recs, interval, layer_name)
+        if s is not None:
+            self.values.append({"table": self.table, "dataset": block[0], "model": block[1], "task": block[2],
+                                "method": method, "metric": metric_name, "layer": layer_name, "mean": s.mean,
+                                "std": s.std, "n": s.n, "low": s.low, "high": s.high})
+        return fmt(s, spec, suffix)
+
+    @staticmethod
+    def _interval(s: Stat, recs: list[Record], key: str, layer_name: str) -> Stat:
+        if s.n >= 2:
+            return seed_interval(s)
+        ci = next((layer(key, layer_name or None)(r) for r in recs if layer(key, layer_name or None)(r)), None)
+        return Stat(s.mean, s.std, s.n, ci[0], ci[1]) if ci and None not in ci else s
+
+
+# --- the layouts --------------------------------------------------------------------------------
+
+MIRAGE_ROWS = [("Acc_r (%) ↑", "acc_r", metric("test_retain_acc"), "{:.1f}", None),
+               ("y_u forget acc (%) ↓", "forget_acc_yu", forget_acc_yu, "{:.1f}", None),
+               ("LPR (%)", "lpr", layer("lpr"), "{:.1f}", None),
+               ("ΔLPR (%) [CI]", "delta_lpr", layer("delta_lpr"), "{:+.1f}", "delta_lpr_ci"),
+               ("CKA to original", "cka_original", layer("cka_original"), "{:.3f}", None),
+               ("F (separability)", "separability", layer("separability"), "{:.3f}", None)]
+
+
+def verdict_table(groups) -> Table:
+    blocks = list(groups)
+    methods = list(dict.fromkeys(m for b in blocks for m in groups[b] if m != "retrain"))
+    rows = [[m] + [verdicts(r.verdict for r in groups[b].get(m, [])) for b in blocks] for m in methods]
+    one = len({b[:2] for b in blocks}) == 1  # one dataset and model: the tasks name the columns
+    return Table("verdicts", "Audit verdicts" + (f" ({blocks[0][0]} / {blocks[0][1]})" if one else ""),
+                 "Verdict of the representation audit per seed (erased, suppressed, collapsed, not_forgotten, "
+                 "inconclusive); the original is a positive control.",
+                 ["method"] + [b[2] if one else block_name(b) for b in blocks], rows)
+
+
+def mirage_table(block: Block, methods: dict[str, list[Record]]) -> Table:
+    c = Collector("mirage")
+    names = list(methods)
+    rows = [[label] + [c.cell(block, m, methods[m], get, key, spec, interval=iv) for m in names]
+            for label, key, get, spec, iv in MIRAGE_ROWS]
+    rows.append(["verdict"] + [verdicts(r.verdict for r in methods[m]) for m in names])
+    return Table("mirage", f"Mirage layout: {block_name(block)}",
+                 "Penultimate layer, audit data of the verdict; ΔLPR = LPR(unlearned) − LPR(retrain) with, for "
+                 "one seed, the audit's paired interval over probe resplits and, for several seeds, the 95 % "
+                 "t-interval of the mean over seeds. Retrain's LPR, F and CKA come from the audits of its group.",
+                 ["metric"] + names, rows, block, c.values)
+
+
+def tarf_table(groups) -> Table:
+    c = Collector("tarf")
+    methods = list(dict.fromkeys(m for ms in groups.values() for m in ms if m not in REFERENCE_ROWS))
+    rows = [[b[2], f"{b[0]} / {b[1]}"] + [c.cell(b, m, groups[b].get(m, []), metric("gap"), "gap", "{:.2f}")
+                                          for m in methods] for b in groups]
+    return Table("tarf", "TARF layout: Gap to retrain (%, lower is better)",
+                 "Gap = ¼(|UA−UA_r| + |RA−RA_r| + |TA−TA_r| + |MIA−MIA_r|) with UA the forget accuracy, "
+                 "MIA SalUn's MIA-efficacy, against the retrained model of the same task and seed.",
+                 ["task", "data / model"] + methods, rows, None, c.values)
+
+
+def purge_table(block: Block, methods: dict[str, list[Record]]) -> Table:
+    c = Collector("purge")
+    cols = [("TA (%)", "test_acc_full", metric("test_acc_full"), "{:.1f}", ""),
+            ("FA (%)", "forget_acc", metric("forget_acc"), "{:.1f}", ""),
+            ("RA (%)", "retain_acc", metric("retain_acc"), "{:.1f}", ""),
+            ("MIA AUROC", "mia_auc", metric("mia_auc"), "{:.3f}", ""),
+            ("speedup", "speedup", speedup, "{:.1f}", "x")]
+    rows = [[m] + [c.cell(block, m, recs, get, key, spec, suffix) for _, key, get, spec, suffix in cols]
+            for m, recs in methods.items()]
+    return Table("purge", f"PURGE layout: {block_name(block)}",
+                 "TA on the full test set (forgotten class included), FA on the training forget set, RA on the "
+                 "training retain set; MIA AUROC of forget-train vs forget-test samples (0.5 = indistinguishable); "
+                 "speedup = retrain time / method time.", ["method"] + [col[0] for col in cols], rows, block,
+                 c.values)
+
+
+def ec_table(block: Block, methods: dict[str, list[Record]]) -> Table:
+    c = Collector("ec")
+    rows = [[m, c.cell(block, m, recs, cka_x100, "cka_original_x100", "{:.2f}"),
+             c.cell(block, m, recs, idi, "idi", "{:.3f}"), c.cell(block, m, recs, metric("h_mean"), "h_mean")]
+            for m, recs in methods.items() if m != "retrain"]
+    return Table("ec", f"EC layout: {block_name(block)}",
+                 "CKA × 100 to the original at the penultimate layer (lower = more changed), IDI (signed; "
+                 f"{DASH} where the audit has none), H-Mean of (100 − test forget acc) and test retain acc.",
+                 ["method", "CKA ↓", "IDI ↓", "H-Mean ↑"], rows, block, c.values)
+
+
+def layer_table(block: Block, methods: dict[str, list[Record]]) -> Table:
+    c = Collector("layers")
+    rows = []
+    for m, recs in methods.items():
+        audited = [r for r in recs if r.audit and r.audit.get("layers") and r.method != "retrain"]
+        if not audited:
+            continue
+        for name in audited[0].audit["layers"]:
+            rows.append([m, name,
+                         c.cell(block, m, audited, layer("delta_lpr", name), "delta_lpr", "{:+.1f}",
+                                layer_name=name, interval="delta_lpr_ci"),
+                         c.cell(block, m, audited, layer("cka_original", name), "cka_original", "{:.3f}",
+                                layer_name=name),
+                         c.cell(block, m, audited, layer("cka_retrain", name), "cka_retrain", "{:.3f}",
+                                layer_name=name),
+                         c.cell(block, m, audited, layer("separability_ratio", name), "separability_ratio",
+                                "{:.2f}", layer_name=name)])
+    return Table("layers", f"Layer by layer: {block_name(block)}",
+                 "Every audited layer, on the audit data of the verdict: ΔLPR [interval as in the Mirage table], "
+                 "centered linear CKA to the original and to retrain, Fisher separability over retrain's.",
+                 ["method", "layer", "ΔLPR (%) [CI]", "CKA orig.", "CKA retr.", "sep. ratio"], rows, block,
+                 c.values)
+
+
+def build_tables(records: list[Record]) -> list[Table]:
+    groups = group(records)
+    tables = [verdict_table(groups)] if any(r.verdict for r in records) else []
+    tables += [mirage_table(b, ms) for b, ms in groups.items()]
+    tables.append(tarf_table(groups))
+    tables += [purge_table(b, ms) for b, ms in groups.items()]
+    tables += [ec_table(b, ms) for b, ms in groups.items()]
+    tables += [t for t in (layer_table(b, ms) for b, ms in groups.items()) if t.rows]
+    return tables

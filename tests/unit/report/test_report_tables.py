@@ -1,0 +1,116 @@
+"""Report tables from hand-made records: mean ± std over seeds, intervals, layouts, IDI, retrain views."""
+from __future__ import annotations
+
+import csv
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import t as student_t
+
+from unlearnkit.report import make_report
+from unlearnkit.report.records import Record, with_retrain_views
+from unlearnkit.report.stats import fmt, stat, verdicts
+from unlearnkit.report.tables import build_tables
+
+
+def audit(delta, ci=(-1.0, 1.0), idi=None, verdict="suppressed"):
+    layers = {name: {"lpr": 90 + delta, "delta_lpr": delta + i, "delta_lpr_ci": [ci[0] + i, ci[1] + i],
+                     "cka_original": 0.9, "cka_retrain": 0.8, "separability": 0.5, "separability_ratio": 1.5,
+                     "lpr_retrained": 88.0, "separability_retrained": 0.3, "cka_retrain_original": 0.7}
+              for i, name in enumerate(["block1", "penultimate"])}
+    a = {"verdict": verdict, "penultimate_layer": "penultimate", "layers": layers}
+    if idi is not None:
+        a["idi"] = {"idi": idi}
+    return a
+
+
+def metrics(**kw):
+    base = {"forget_acc": 1.0, "retain_acc": 99.0, "test_acc": 97.0, "test_acc_full": 88.0, "test_forget_acc": 2.0,
+            "test_retain_acc": 97.0, "mia_efficacy": 100.0, "mia_auc": 0.5, "gap": 1.0, "h_mean": 97.0,
+            "runtime_s": 2.0, "speedup": 5.0}
+    return {**base, **kw}
+
+
+@pytest.fixture
+def records():
+    out = []
+    for seed, (gap, delta) in enumerate([(1.0, 2.0), (2.0, 4.0), (4.5, 3.0)]):
+        out.append(Record("digits", "small_cnn", "class 3", seed, "retrain", metrics(gap=0.0, test_forget_acc=0.0)))
+        out.append(Record("digits", "small_cnn", "class 3", seed, "original", metrics(forget_acc=100.0),
+                          audit(5.0, verdict="not_forgotten")))
+        out.append(Record("digits", "small_cnn", "class 3", seed, "ga", metrics(gap=gap), audit(delta, idi=0.1 * seed)))
+        out.append(Record("digits", "small_cnn", "class 3", seed, "ft", metrics(test_forget_acc=None, forget_acc=50.0),
+                          audit(1.0, verdict="erased" if seed else "suppressed")))
+    return with_retrain_views(out)
+
+
+def by_key(tables, key):
+    return [t for t in tables if t.key == key]
+
+
+def test_mean_std_and_formatting():
+    s = stat([1.0, 2.0, 4.5, None, float("nan")])
+    assert s.n == 3 and s.mean == pytest.approx(np.mean([1, 2, 4.5]))
+    assert s.std == pytest.approx(np.std([1, 2, 4.5], ddof=1))
+    assert fmt(s, "{:.2f}") == f"{np.mean([1, 2, 4.5]):.2f} ± {np.std([1, 2, 4.5], ddof=1):.2f}"
+    assert fmt(stat([3.0]), "{:+.1f}") == "+3.0" and fmt(None) == "—" and stat([None]) is None
+    assert verdicts(["erased", "erased"]) == "erased 2/2"
+    assert verdicts(["erased", "suppressed", "erased"]) == "erased 2, suppressed 1 /3"
+
+
+def test_tables_hold_the_numbers(records):
+    tables = build_tables(records)
+    tarf = by_key(tables, "tarf")[0]
+    assert tarf.header == ["task", "data / model", "ga", "ft"]
+    gaps = [1.0, 2.0, 4.5]
+    assert tarf.rows[0][2] == f"{np.mean(gaps):.2f} ± {np.std(gaps, ddof=1):.2f}"
+
+    mirage = by_key(tables, "mirage")[0]
+    assert mirage.header[:3] == ["metric", "retrain", "original"]
+    row = {r[0]: r[1:] for r in mirage.rows}
+    deltas = np.array([2.0, 4.0, 3.0]) + 1  # penultimate = delta + 1 in these audits
+    half = student_t.ppf(0.975, 2) * deltas.std(ddof=1) / math.sqrt(3)
+    m = deltas.mean()
+    assert row["ΔLPR (%) [CI]"][2] == f"{m:+.1f} ± {deltas.std(ddof=1):.1f} [{m - half:+.1f}, {m + half:+.1f}]"
+    assert row["ΔLPR (%) [CI]"][0] == "—"                    # retrain is the reference
+    assert row["LPR (%)"][0] == "88.0 ± 0.0" and row["CKA to original"][0] == "0.700 ± 0.000"   # retrain's view
+    assert row["y_u forget acc (%) ↓"][3] == "50.0 ± 0.0"           # no test forget samples: train forget acc
+    assert row["verdict"][3] == "erased 2, suppressed 1 /3"
+
+    ec = by_key(tables, "ec")[0]
+    ec_rows = {r[0]: r for r in ec.rows}
+    assert ec_rows["ga"][2] == f"{np.mean([0.0, 0.1, 0.2]):.3f} ± {np.std([0, 0.1, 0.2], ddof=1):.3f}"
+    assert ec_rows["ft"][2] == "—"                            # no IDI in that audit
+    assert ec_rows["ga"][1] == "90.00 ± 0.00"
+
+    purge = {r[0]: r for r in by_key(tables, "purge")[0].rows}
+    assert purge["original"][5] == "—" and purge["ga"][1] == "88.0 ± 0.0" and purge["ga"][5] == "5.0 ± 0.0x"
+
+    layers = by_key(tables, "layers")[0]
+    assert [r[:2] for r in layers.rows if r[0] == "ga"] == [["ga", "block1"], ["ga", "penultimate"]]
+    assert not any(r[0] == "retrain" for r in layers.rows)
+
+
+def test_single_seed_uses_the_audit_interval():
+    recs = with_retrain_views([Record("d", "m", "t", 0, "retrain", metrics()),
+                               Record("d", "m", "t", 0, "ga", metrics(), audit(2.0, ci=(0.5, 3.5)))])
+    mirage = by_key(build_tables(recs), "mirage")[0]
+    row = {r[0]: r[1:] for r in mirage.rows}
+    assert row["ΔLPR (%) [CI]"][1] == "+3.0 [+1.5, +4.5]"
+
+
+def test_report_files_and_csv_match_the_tables(records, tmp_path):
+    paths = make_report(records, tmp_path, ["test"])
+    html = paths["html"].read_text()
+    assert html.count("<table") == len(paths["tables"]) and html.count('src="data:image/png;base64,') == 3
+    assert "http" not in html.split("</head>")[0]               # nothing fetched
+    md = paths["md"].read_text()
+    assert "| metric | retrain | original | ga | ft |" in md and "report_files/trilemma.png" in md
+    assert (tmp_path / "report_files" / "trilemma.png").stat().st_size > 1000
+    rows = list(csv.DictReader(paths["summary"].open()))
+    gap = next(r for r in rows if r["table"] == "tarf" and r["method"] == "ga")
+    assert float(gap["mean"]) == pytest.approx(np.mean([1.0, 2.0, 4.5])) and gap["n"] == "3"
+    cells = list(csv.DictReader(paths["cells"].open()))
+    assert len(cells) == len(records)
+    assert {c["verdict"] for c in cells if c["method"] == "ft"} == {"erased", "suppressed"}
