@@ -9,14 +9,14 @@ ID(original) (:func:`unlearnkit.metrics.idi.idi`).
 How the critic is built, for any model with named audit layers (no reference code exists, so
 these are INFERRED, documented choices):
 
-* the copy is initialised from theta. Layer l's output is detached by a forward hook, so only the
-  layers after it learn; the whole copy runs in ``eval()`` mode, so the frozen part computes
-  exactly theta's Z_l (BatchNorm running statistics, no dropout) and BatchNorm after l keeps
-  theta's statistics while its affine parameters train. The critic's representation is the input
-  of the classifier head (the ``penultimate`` vector of the copy); for the ``penultimate`` layer
-  itself nothing trains but the projection head. Projection head: Linear(d, 128)-ReLU-
-  Linear(128, 128); scores f(z)^T g_y. (For ``penultimate`` the features are computed once and only
-  the projection head trains.)
+* the copy is initialised from theta and runs in ``eval()`` mode (BatchNorm after l keeps theta's
+  running statistics while its affine parameters train; no dropout). Z_l is computed once per
+  trial with theta (unpooled), and the critic is theta's graph cut at l (torch.fx: the layers after
+  l up to the classifier head's input); for the ``penultimate`` layer nothing trains but the
+  projection head. Where the forward cannot be traced, the whole copy runs on the input with
+  layer l's output detached by a forward hook (same numbers, more compute). The critic's
+  representation is the head's input; projection head Linear(d, 128)-ReLU-Linear(128, 128);
+  scores f(z)^T g_y.
 * data: the training split's forget samples and an equal number of retained ones (at most
   ``idi_max_per_side`` a side), 70 % to train the critic and 30 % held out. The bound is evaluated
   on the held-out part: a critic as flexible as the rest of the network could memorise its
@@ -42,30 +42,86 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..metrics.idi import LOG2, idi, infonce_mi, information_difference
+from ..models.features import capture
 from ..models.zoo import head_of, taps_of
 from .config import AuditConfig
 
 PROJ_DIM = 128
 
 
+class _LeafTracer(torch.fx.Tracer):
+    """Traces the model's forward keeping the tap's module and the classifier head as single calls."""
+
+    def __init__(self, leaves: set[str]):
+        super().__init__()
+        self.leaves = leaves
+
+    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
+        return qualname in self.leaves or super().is_leaf_module(m, qualname)
+
+
+def rest_of(model: nn.Module, layer: str) -> nn.Module | None:
+    """A module computing the classifier head's input from ``layer``'s output: the model's layers after
+    ``layer`` (a torch.fx graph cut at the tap; parameters shared with ``model``). None when the forward
+    cannot be traced symbolically or the tap is not a single module call (the critic then runs the
+    whole copy)."""
+    tap = taps_of(model)[layer]
+    head = model.unlearnkit_head
+    if tap.at != "output":
+        return None
+    try:
+        gm = torch.fx.GraphModule(model, _LeafTracer({tap.module, head}).trace(model))
+    except Exception:  # noqa: BLE001 - any tracing failure means: use the full copy
+        return None
+    graph = gm.graph
+    calls = [n for n in graph.nodes if n.op == "call_module" and n.target == tap.module]
+    heads = [n for n in graph.nodes if n.op == "call_module" and n.target == head]
+    if len(calls) != 1 or len(heads) != 1 or not heads[0].args:
+        return None
+    inputs = [n for n in graph.nodes if n.op == "placeholder"]
+    with graph.inserting_before(inputs[0]):
+        z = graph.placeholder("z_layer")
+    calls[0].replace_all_uses_with(z)
+    out = next(n for n in graph.nodes if n.op == "output")
+    out.args = (heads[0].args[0],)
+    graph.eliminate_dead_code()
+    for n in inputs:
+        if not n.users:
+            graph.erase_node(n)
+    if [n for n in graph.nodes if n.op == "placeholder"] != [z]:
+        return None  # the rest still needs the raw input (e.g. a skip connection from it)
+    graph.lint()
+    gm.recompile()
+    gm.delete_all_unused_submodules()
+    return gm
+
+
 class _Critic(nn.Module):
-    """A copy of the model that learns only after ``layer``, a projection head and two label vectors."""
+    """The layers after ``layer`` (trainable, initialised from the model), a projection head and two
+    label vectors. ``mode``: ``"vector"`` (the layer is the head's input: only the projection head
+    trains), ``"rest"`` (a traced cut of the model from the layer's output: it reads layer features
+    computed once), ``"copy"`` (the whole copy runs on the input with the layer's output detached)."""
 
     def __init__(self, model: nn.Module, layer: str, gen: torch.Generator):
         super().__init__()
-        self.body = copy.deepcopy(model).eval()
-        tap = taps_of(self.body)[layer]
+        body = copy.deepcopy(model).eval()
+        tap = taps_of(body)[layer]
+        head = head_of(body)
         self._feat: dict[str, torch.Tensor] = {}
-        head = head_of(self.body)
-        self._handles = [head.register_forward_pre_hook(self._grab)]
-        if tap.at == "output":
-            self._handles.append(self.body.get_submodule(tap.module).register_forward_hook(
-                lambda m, args, out: out.detach()))
-            self.trains_body = True
-        else:  # the layer is an input (the penultimate vector): only the projection head trains
-            self.trains_body = False
+        self._handles = []
+        if tap.at != "output":
+            self.mode, self.body = "vector", None
+        else:
+            rest = rest_of(body, layer)
+            if rest is not None:
+                self.mode, self.body = "rest", rest.eval()
+            else:
+                self.mode, self.body = "copy", body
+                self._handles.append(head.register_forward_pre_hook(
+                    lambda m, args: self._feat.__setitem__("z", args[0])))
+                self._handles.append(body.get_submodule(tap.module).register_forward_hook(
+                    lambda m, args, out: out.detach()))
         d = head.in_features if hasattr(head, "in_features") else None
-        self._d = d
         seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
@@ -73,19 +129,17 @@ class _Critic(nn.Module):
             self.proj2 = nn.Linear(PROJ_DIM, PROJ_DIM)
             self.g = nn.Parameter(torch.randn(2, PROJ_DIM) * 0.01)
 
-    def _grab(self, module, args):
-        self._feat["z"] = args[0] if self.trains_body else args[0].detach()
-
-    def represent(self, x: torch.Tensor) -> torch.Tensor:
-        """The classifier head's input after the copy's trainable layers."""
-        self.body(x)
+    def represent(self, inp: torch.Tensor) -> torch.Tensor:
+        """The head's input: from the layer's features (``vector`` / ``rest``) or the raw input (``copy``)."""
+        if self.mode == "vector":
+            return inp.flatten(1)
+        if self.mode == "rest":
+            return self.body(inp).flatten(1)
+        self.body(inp)
         return self._feat.pop("z").flatten(1)
 
-    def score(self, z: torch.Tensor) -> torch.Tensor:
-        return self.proj2(F.relu(self.proj(z))) @ self.g.T
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.score(self.represent(x))
+    def forward(self, inp: torch.Tensor) -> torch.Tensor:
+        return self.proj2(F.relu(self.proj(self.represent(inp)))) @ self.g.T
 
     def remove_hooks(self) -> None:
         for h in self._handles:
@@ -112,26 +166,40 @@ def _data(split, config: AuditConfig, trial: int):
     return x[~held_t], y[~held_t], x[held_t], y[held_t]
 
 
-def critic_mi(model: nn.Module, layer: str, data, config: AuditConfig, trial: int, device) -> float:
-    """One trial's held-out InfoNCE estimate of I(Z_layer; Y) for ``model`` (nats, clipped at 0)."""
+@torch.no_grad()
+def _layer_inputs(model: nn.Module, layers: list[str], x: torch.Tensor, device) -> dict[str, torch.Tensor]:
+    """Every layer's unpooled output (the head's input for ``at="input"`` taps) on ``x``, one pass (CPU)."""
+    model.eval()
+    parts: dict[str, list[torch.Tensor]] = {layer: [] for layer in layers}
+    with capture(model, layers, pooled=False) as f:
+        for s in range(0, len(x), 256):
+            model(x[s:s + 256].to(device))
+            for layer in layers:
+                parts[layer].append(f[layer].cpu())
+    return {layer: torch.cat(v) for layer, v in parts.items()}
+
+
+def critic_mi(model: nn.Module, layer: str, data, config: AuditConfig, trial: int, device,
+              feats: tuple[dict, dict] | None = None) -> float:
+    """One trial's held-out InfoNCE estimate of I(Z_layer; Y) for ``model`` (nats, clipped at 0).
+
+    ``feats``: the layer outputs of ``model`` on the trial's training / held-out rows
+    (:func:`_layer_inputs`), used unless the critic has to run the whole copy."""
     x_tr, y_tr, x_te, y_te = data
     gen = torch.Generator().manual_seed(config.probe_seed + 7919 * trial)
     critic = _Critic(model, layer, gen).to(device)
+    if critic.mode != "copy":
+        if feats is None:
+            feats = tuple(_layer_inputs(model, [layer], x, device) for x in (x_tr, x_te))
+        x_tr, x_te = feats[0][layer], feats[1][layer]
     try:
-        if not critic.trains_body:
-            # the penultimate vector: nothing of the model trains, so its features are computed once
-            with torch.no_grad():
-                x_tr, x_te = (torch.cat([critic.represent(x[s:s + 512].to(device)) for s in range(0, len(x), 512)])
-                              for x in (x_tr, x_te))
-            forward = critic.score
-        else:
-            forward = critic
-        for p in critic.body.parameters():
-            p.requires_grad_(critic.trains_body)
+        if critic.body is not None:
+            for p in critic.body.parameters():
+                p.requires_grad_(True)
         with torch.enable_grad():
-            # one backward to find the parameters upstream of the detached layer: freeze them, so later
-            # forwards build no graph through them
-            if critic.trains_body:
+            if critic.mode == "copy":
+                # one backward to find the parameters upstream of the detached layer: freeze them, so later
+                # forwards build no graph through them
                 critic(x_tr[:2].to(device)).sum().backward()
                 for p in critic.body.parameters():
                     if p.grad is None:
@@ -144,7 +212,7 @@ def critic_mi(model: nn.Module, layer: str, data, config: AuditConfig, trial: in
                 order = torch.randperm(n, generator=gen)
                 for s in range(0, n, config.idi_batch_size):
                     idx = order[s:s + config.idi_batch_size]
-                    loss = F.cross_entropy(forward(x_tr[idx].to(device)), y_tr[idx].to(device))
+                    loss = F.cross_entropy(critic(x_tr[idx].to(device)), y_tr[idx].to(device))
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
                     opt.step()
@@ -152,7 +220,7 @@ def critic_mi(model: nn.Module, layer: str, data, config: AuditConfig, trial: in
                     if step == config.idi_steps:
                         break
         with torch.no_grad():
-            scores = torch.cat([forward(x_te[s:s + 512].to(device)).cpu() for s in range(0, len(y_te), 512)])
+            scores = torch.cat([critic(x_te[s:s + 512].to(device)).cpu() for s in range(0, len(y_te), 512)])
         mi = infonce_mi(scores, y_te)
     finally:
         critic.remove_hooks()
@@ -162,9 +230,10 @@ def critic_mi(model: nn.Module, layer: str, data, config: AuditConfig, trial: in
 def model_mi(model: nn.Module, layers: list[str], split, config: AuditConfig, device) -> dict:
     """{layer: {"mean", "std", "trials"}} of the held-out InfoNCE estimate over ``idi_trials``."""
     datas = [_data(split, config, t) for t in range(config.idi_trials)]
+    feats = [tuple(_layer_inputs(model, layers, x, device) for x in (d[0], d[2])) for d in datas]
     out = {}
     for layer in layers:
-        vals = [critic_mi(model, layer, datas[t], config, t, device) for t in range(config.idi_trials)]
+        vals = [critic_mi(model, layer, datas[t], config, t, device, feats[t]) for t in range(config.idi_trials)]
         out[layer] = {"mean": float(np.mean(vals)), "std": float(np.std(vals)), "trials": vals}
     return out
 

@@ -215,3 +215,32 @@ def test_idi_is_one_for_the_masked_original_and_near_zero_for_another_retrain(or
     assert other["mi"]["original"] == masked["mi"]["original"]  # computed once, from the cache
     for layer in layers:
         assert 0.0 <= other["mi"]["unlearned"][layer]["mean"] <= math.log(2) + 1e-9
+
+
+@pytest.mark.parametrize("name,layer", [("small_cnn", "block2"), ("resnet18", "layer3")])
+def test_idi_cut_graph_computes_the_rest_of_the_model(name, layer):
+    """The critic's traced cut maps a layer's output to exactly the head input the full model computes."""
+    from unlearnkit.audit.idi import rest_of
+    from unlearnkit.models.features import capture
+    from unlearnkit.models.zoo import create_model
+
+    torch.manual_seed(0)
+    m = create_model(name, 5, 3, 16).eval()
+    x = torch.randn(4, 3, 16, 16)
+    with torch.no_grad(), capture(m, [layer, "penultimate"], pooled=False) as f:
+        m(x)
+        rest = rest_of(m, layer)
+        assert rest is not None
+        assert torch.allclose(rest(f[layer]).flatten(1), f["penultimate"].flatten(1), atol=1e-5)
+
+
+def test_idi_full_copy_fallback_gives_the_same_estimate(original, audit_split, monkeypatch):
+    """Where the forward cannot be traced the critic runs the whole copy; the estimate is the same."""
+    import unlearnkit.audit.idi as idi_mod
+
+    cfg = AuditConfig(idi=True, idi_trials=1, idi_steps=20)
+    data = idi_mod._data(audit_split, cfg, 0)
+    cut = idi_mod.critic_mi(original, "block2", data, cfg, 0, "cpu")
+    monkeypatch.setattr(idi_mod, "rest_of", lambda model, layer: None)
+    full = idi_mod.critic_mi(original, "block2", data, cfg, 0, "cpu")
+    assert full == pytest.approx(cut, abs=1e-4)
