@@ -17,7 +17,7 @@ QUICK=${UNLEARNKIT_QUICK:-0}
 [ "${1:-}" = "--quick" ] && QUICK=1
 
 if [ "$QUICK" = 1 ]; then
-    DEVICE=auto; N=256; EPOCHS=1; BATCH=64; REPEATS=1; AUDIT_DATA=digits
+    DEVICE=auto; N=128; EPOCHS=1; BATCH=32; REPEATS=1; AUDIT_DATA=digits
 else
     DEVICE=cuda; N=50000; EPOCHS=2; BATCH=256; REPEATS=2; AUDIT_DATA=mnist5k
 fi
