@@ -84,8 +84,13 @@ def _listing(kind: str):
     return [(n, "", i) for n, i in METRIC_INFO.items()]
 
 
-AMP_HELP = "bf16: bfloat16 autocast (GPU fast path; changes the numbers, so cached apart) | off"
-DATA_HELP = "keep the images on the GPU: auto (when they fit) | always | never"
+# the GPU fast-path options (runtime.Runtime), shared by train and run; None = not given
+AMP = typer.Option(None, help="bf16: bfloat16 autocast (GPU fast path; changes the numbers, so cached apart) | off")
+CHANNELS_LAST = typer.Option(None, "--channels-last/--no-channels-last", help="NHWC memory format (GPU fast path)")
+COMPILE = typer.Option(None, "--compile/--no-compile", help="torch.compile the training forward")
+DETERMINISTIC = typer.Option(None, "--deterministic/--no-deterministic",
+                             help="deterministic GPU algorithms (reproducible, slower)")
+DATA_ON_DEVICE = typer.Option(None, help="keep the images on the GPU: auto (when they fit) | always | never")
 
 
 def _runtime_options(amp, channels_last, compile_, deterministic, data_on_device) -> dict:
@@ -121,13 +126,11 @@ def train(
     device: str = typer.Option("auto", help="auto | cpu | cuda | cuda:N"),
     cache_dir: Optional[Path] = typer.Option(None, help="model cache (default ~/.cache/unlearnkit/models)"),
     batch_size: Optional[int] = typer.Option(None, help="override the recipe's (global) batch size"),
-    amp: Optional[str] = typer.Option(None, help=AMP_HELP),
-    channels_last: Optional[bool] = typer.Option(None, "--channels-last/--no-channels-last",
-                                                 help="NHWC memory format (GPU fast path)"),
-    compile_: Optional[bool] = typer.Option(None, "--compile/--no-compile", help="torch.compile the training forward"),
-    deterministic: Optional[bool] = typer.Option(None, "--deterministic/--no-deterministic",
-                                                 help="deterministic GPU algorithms (reproducible, slower)"),
-    data_on_device: Optional[str] = typer.Option(None, help=DATA_HELP),
+    amp: Optional[str] = AMP,
+    channels_last: Optional[bool] = CHANNELS_LAST,
+    compile_: Optional[bool] = COMPILE,
+    deterministic: Optional[bool] = DETERMINISTIC,
+    data_on_device: Optional[str] = DATA_ON_DEVICE,
 ):
     """Train an original model (or, with --retrain, the reference without the forget set).
 
@@ -193,13 +196,11 @@ def run(
     cache_dir: Optional[Path] = typer.Option(None, help="model cache (default ~/.cache/unlearnkit/models)"),
     audit: bool = typer.Option(True, help="run the representation audit of every model"),
     progress: bool = typer.Option(True, help="show progress bars"),
-    amp: Optional[str] = typer.Option(None, help=AMP_HELP),
-    channels_last: Optional[bool] = typer.Option(None, "--channels-last/--no-channels-last",
-                                                 help="NHWC memory format (GPU fast path)"),
-    compile_: Optional[bool] = typer.Option(None, "--compile/--no-compile", help="torch.compile the training forward"),
-    deterministic: Optional[bool] = typer.Option(None, "--deterministic/--no-deterministic",
-                                                 help="deterministic GPU algorithms (reproducible, slower)"),
-    data_on_device: Optional[str] = typer.Option(None, help=DATA_HELP),
+    amp: Optional[str] = AMP,
+    channels_last: Optional[bool] = CHANNELS_LAST,
+    compile_: Optional[bool] = COMPILE,
+    deterministic: Optional[bool] = DETERMINISTIC,
+    data_on_device: Optional[str] = DATA_ON_DEVICE,
 ):
     """Train or reuse original and retrain, run the methods, evaluate, write results.json/.md.
 

@@ -187,6 +187,7 @@ def run_experiment(cfg: RunConfig, progress: bool = True) -> dict:
         "config": cfg.to_dict(),
         "provenance": {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                        "versions": versions(), "git_commit": git_commit(), "device": str(device),
+                       "processes": distributed.world().size, "runtime": rt.to_dict(),
                        "recipe": recipe.to_dict(), "preset": preset,
                        "original_sha256": original.meta["sha256"], "retrain_sha256": retrain.meta["sha256"]},
         "task": {"dataset": bundle.name, "model": cfg.model, "num_classes": bundle.num_classes,
