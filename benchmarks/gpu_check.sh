@@ -19,7 +19,7 @@ QUICK=${UNLEARNKIT_QUICK:-0}
 if [ "$QUICK" = 1 ]; then
     DEVICE=auto; N=128; EPOCHS=1; BATCH=32; REPEATS=1; AUDIT_DATA=digits
 else
-    DEVICE=cuda; N=50000; EPOCHS=2; BATCH=256; REPEATS=2; AUDIT_DATA=mnist5k
+    DEVICE=cuda; N=50000; EPOCHS=1; BATCH=256; REPEATS=2; AUDIT_DATA=mnist5k
 fi
 bench() {
     "$PY" benchmarks/train_throughput.py --dataset synthetic --n "$N" --model resnet18 --batch-size "$BATCH" \

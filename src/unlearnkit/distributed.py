@@ -126,6 +126,18 @@ def sharded_batches(data: ArrayData, batch_size: int, *, shuffle: bool = True,
         _active.pop(token, None)
 
 
+@contextmanager
+def stream_scope() -> Iterator[None]:
+    """Forget the sharded streams opened within the block when it ends, even one left unfinished
+    (an endless ``cycle``, or one held by an exception's traceback)."""
+    before = set(_active)
+    try:
+        yield
+    finally:
+        for token in set(_active) - before:
+            _active.pop(token, None)
+
+
 def local_rows(t: Tensor) -> Tensor:
     """This rank's rows of a tensor drawn for the whole current global batch (``t`` alone otherwise)."""
     step = current_step()
@@ -183,12 +195,14 @@ def sync_gradients(params) -> None:
         flat = torch.cat([(p.grad.detach() * weight if weight and p.grad is not None else torch.zeros_like(p)).flatten()
                           for p in group] + [torch.tensor([p.grad is not None for p in group], dtype=dtype,
                                                           device=group[0].device)])
+        missing = any(p.grad is None for p in group)
         flat = sum_over_ranks(flat)
+        present = flat[-len(group):].tolist() if missing else [1.0] * len(group)  # no device sync otherwise
         offset = 0
-        for i, p in enumerate(group):
+        for p, there in zip(group, present):
             g = flat[offset : offset + p.numel()].view_as(p)
             offset += p.numel()
-            if flat[-len(group) + i] > 0:
+            if there > 0:
                 p.grad = g.clone() if p.grad is None else p.grad.copy_(g)
 
 

@@ -103,21 +103,23 @@ class ArrayData(torch.utils.data.Dataset):
         ``shard=(rank, world)`` yields only this rank's rows of every global batch
         (:func:`shard_bounds`; possibly none): the permutation and the augmentation's random draws
         are made for the whole global batch, so the ranks' rows together are exactly the batch one
-        process would see, and every rank's generator stays in step. Rows are gathered into pinned
-        memory when they go from the CPU to a GPU (asynchronous copy).
+        process would see, and every rank's generator stays in step. Nothing here waits for a GPU:
+        images already on it are gathered there (the permutation is copied once per pass), rows from
+        the CPU go through pinned memory, both with asynchronous copies.
         """
         n = len(self)
         order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
+        x_order = to_device_async(order, self.x.device)
         stop = n - (n % batch_size) if drop_last else n
         device = torch.device(device)
         for s in range(0, stop, batch_size):
-            idx = order[s : s + batch_size]
+            idx, x_idx = order[s : s + batch_size], x_order[s : s + batch_size]
             params = augment_params(len(idx), augment, generator) if augment is not None and augment.active else None
             if shard is not None:
                 lo, hi = shard_bounds(len(idx), *shard)
-                idx = idx[lo:hi]
+                idx, x_idx = idx[lo:hi], x_idx[lo:hi]
                 params = None if params is None else tuple(None if p is None else p[lo:hi] for p in params)
-            xb = _gather(self.x, idx, device).to(torch.get_default_dtype())
+            xb = _gather(self.x, x_idx, device).to(torch.get_default_dtype())
             if self.x.dtype == torch.uint8:
                 xb = xb.div_(255.0)
             if params is not None:
@@ -140,10 +142,19 @@ def shard_bounds(n: int, rank: int, world: int) -> tuple[int, int]:
     return lo, lo + base + (1 if rank < extra else 0)
 
 
+def to_device_async(t: Tensor, device: torch.device) -> Tensor:
+    """``t`` on ``device``; from the CPU to a GPU through pinned memory without waiting for the GPU."""
+    if t.device == device:
+        return t
+    if device.type == "cuda" and t.device.type == "cpu":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
 def _gather(t: Tensor, idx: Tensor, device: torch.device) -> Tensor:
     """``t[idx]`` on ``device``; CPU rows bound for a GPU go through pinned memory (async copy)."""
     if t.device == device or device.type != "cuda" or t.device.type != "cpu":
-        return t[idx.to(t.device)].to(device, non_blocking=True)
+        return t[to_device_async(idx, t.device)].to(device, non_blocking=True)
     out = torch.empty((len(idx), *t.shape[1:]), dtype=t.dtype, pin_memory=True)
     torch.index_select(t, 0, idx, out=out)
     return out.to(device, non_blocking=True)
@@ -170,13 +181,13 @@ def apply_augment(x: Tensor, aug: Augment, params) -> Tensor:
     if oy is not None:
         p = aug.crop_padding
         xp = F.pad(x, (p, p, p, p))
-        oy, ox = oy.to(x.device), ox.to(x.device)
+        oy, ox = to_device_async(oy, x.device), to_device_async(ox, x.device)
         rows = (oy[:, None] + torch.arange(h, device=x.device)).view(b, 1, h, 1).expand(b, c, h, w + 2 * p)
         x = xp.gather(2, rows)
         cols = (ox[:, None] + torch.arange(w, device=x.device)).view(b, 1, 1, w).expand(b, c, h, w)
         x = x.gather(3, cols)
     if flip is not None:
-        x = torch.where(flip.to(x.device).view(b, 1, 1, 1), x.flip(3), x)
+        x = torch.where(to_device_async(flip, x.device).view(b, 1, 1, 1), x.flip(3), x)
     return x
 
 

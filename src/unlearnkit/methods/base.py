@@ -140,7 +140,8 @@ class UnlearningMethod:
         torch.manual_seed(seed)
         gen = torch.Generator().manual_seed(seed)
         t0 = time.perf_counter()
-        with rt.backend(device), rt.model(work), rt.autocast(device), distributed.synced_batchnorm(work):
+        with (rt.backend(device), rt.model(work), rt.autocast(device), distributed.synced_batchnorm(work),
+              distributed.stream_scope()):
             if frozen is not None and rt.channels_last:
                 frozen.to(memory_format=torch.channels_last)
             result = self._unlearn(work, data, frozen, device, gen, progress and distributed.world().is_main)
