@@ -59,7 +59,7 @@ def test_deterministic_switch_is_restored_and_changes_nothing_on_cpu(digits):
 
 
 def test_a_method_runs_with_the_fast_path_options_on_cpu(digits_split, digits_original):
-    ft = METHODS.get("finetune")(lr=0.01, epochs=1, batch_size=128)
+    ft = METHODS.get("finetune")(lr=0.01, epochs=1, batch_size=256)
     base = ft.unlearn(digits_original, digits_split)
     fast = ft.unlearn(digits_original, digits_split, runtime=Runtime(amp="bf16", channels_last=True))
     assert all(p.is_contiguous() for p in fast.model.parameters())
