@@ -1,11 +1,14 @@
 """The command line: a thin layer over the Python API (``unlearnkit --help``).
 
 Bad input ends in one line on stderr and exit code 2; Ctrl-C keeps finished checkpoints (the
-next run resumes from the cache) and exits 130.
+next run resumes from the cache) and exits 130. Under ``torchrun`` (``torchrun --nproc_per_node N
+-m unlearnkit train ...``) ``train`` and ``run`` train data-parallel; an error line comes from the
+first process of each node only (the others fail alike).
 """
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -19,7 +22,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 
 def _err(msg: str) -> None:
-    typer.echo(f"error: {msg}", err=True)
+    if os.environ.get("RANK", "0") == "0" or os.environ.get("LOCAL_RANK", "0") == "0":
+        typer.echo(f"error: {msg}", err=True)
 
 
 def handles_errors(fn):
@@ -80,6 +84,22 @@ def _listing(kind: str):
     return [(n, "", i) for n, i in METRIC_INFO.items()]
 
 
+# the GPU fast-path options (runtime.Runtime), shared by train and run; None = not given
+AMP = typer.Option(None, help="bf16: bfloat16 autocast (GPU fast path; changes the numbers, so cached apart) | off")
+CHANNELS_LAST = typer.Option(None, "--channels-last/--no-channels-last", help="NHWC memory format (GPU fast path)")
+COMPILE = typer.Option(None, "--compile/--no-compile", help="torch.compile the training forward")
+DETERMINISTIC = typer.Option(None, "--deterministic/--no-deterministic",
+                             help="deterministic GPU algorithms (reproducible, slower)")
+DATA_ON_DEVICE = typer.Option(None, help="keep the images on the GPU: auto (when they fit) | always | never")
+
+
+def _runtime_options(amp, channels_last, compile_, deterministic, data_on_device) -> dict:
+    """The runtime.Runtime fields the user set (None: not given)."""
+    given = {"amp": amp, "channels_last": channels_last, "compile": compile_, "deterministic": deterministic,
+             "data_on_device": data_on_device}
+    return {k: v for k, v in given.items() if v is not None}
+
+
 def _spec_options(forget_classes, forget_random, forget_indices) -> dict:
     from .config import parse_int_list
 
@@ -105,12 +125,23 @@ def train(
     download: bool = typer.Option(False, "--download", help="download a missing torchvision dataset"),
     device: str = typer.Option("auto", help="auto | cpu | cuda | cuda:N"),
     cache_dir: Optional[Path] = typer.Option(None, help="model cache (default ~/.cache/unlearnkit/models)"),
+    batch_size: Optional[int] = typer.Option(None, help="override the recipe's (global) batch size"),
+    amp: Optional[str] = AMP,
+    channels_last: Optional[bool] = CHANNELS_LAST,
+    compile_: Optional[bool] = COMPILE,
+    deterministic: Optional[bool] = DETERMINISTIC,
+    data_on_device: Optional[str] = DATA_ON_DEVICE,
 ):
-    """Train an original model (or, with --retrain, the reference without the forget set)."""
+    """Train an original model (or, with --retrain, the reference without the forget set).
+
+    Data-parallel on several processes with torchrun: torchrun --nproc_per_node 2 -m unlearnkit train ...
+    """
     import shutil
 
+    from . import distributed
     from .data.datasets import load_dataset
     from .data.splits import ForgetSpec, make_split
+    from .runtime import Runtime
     from .training import default_recipe, reference_model, resolve_device, with_overrides
 
     spec_opts = _spec_options(forget_classes, forget_random, forget_indices)
@@ -124,13 +155,19 @@ def train(
     else:
         spec = ForgetSpec(classes=(0,))  # the original ignores the forget set
     split = make_split(bundle, spec, seed=data_seed)
-    recipe = with_overrides(default_recipe(bundle.name, model), epochs=epochs, lr=lr)
-    ref = reference_model("retrain" if retrain else "original", split, model, recipe, seed, None, cache_dir, dev)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    shutil.copyfile(ref.path, tmp)
-    tmp.replace(out)
-    typer.echo(f"wrote {out} ({'cached' if ref.cached else 'trained'}; sha256 {ref.meta['sha256'][:12]})")
+    recipe = with_overrides(default_recipe(bundle.name, model), epochs=epochs, lr=lr, batch_size=batch_size)
+    rt = Runtime.from_dict(_runtime_options(amp, channels_last, compile_, deterministic, data_on_device))
+    with distributed.process_group(dev) as world:
+        ref = reference_model("retrain" if retrain else "original", split, model, recipe, seed, None, cache_dir, dev,
+                              runtime=rt)
+        if not world.is_main:
+            return
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.tmp")
+        shutil.copyfile(ref.path, tmp)
+        tmp.replace(out)
+        procs = f", {world.size} processes" if world.size > 1 else ""
+        typer.echo(f"wrote {out} ({'cached' if ref.cached else 'trained'}{procs}; sha256 {ref.meta['sha256'][:12]})")
 
 
 @app.command()
@@ -161,10 +198,20 @@ def run(
     idi: bool = typer.Option(False, "--idi/--no-idi", help="also estimate IDI in every audit (slower: trains "
                                                            "InfoNCE critics)"),
     progress: bool = typer.Option(True, help="show progress bars"),
+    amp: Optional[str] = AMP,
+    channels_last: Optional[bool] = CHANNELS_LAST,
+    compile_: Optional[bool] = COMPILE,
+    deterministic: Optional[bool] = DETERMINISTIC,
+    data_on_device: Optional[str] = DATA_ON_DEVICE,
 ):
-    """Train or reuse original and retrain, run the methods, evaluate, write results.json/.md."""
+    """Train or reuse original and retrain, run the methods, evaluate, write results.json/.md.
+
+    Under torchrun the references and the data-parallel methods train on all processes; rank 0 writes.
+    """
+    from . import distributed
     from .config import load_config
     from .runner import print_table, run_experiment
+    from .training import resolve_device
 
     overrides = {"dataset": dataset, "model": model, "methods": methods, "task": task, "concept": concept, "seed": seed, "data_seed": data_seed,
                  "preset": preset, "test_convention": test_convention, "out": str(out) if out else None,
@@ -177,12 +224,17 @@ def run(
         overrides["audit"] = False
     if idi:
         overrides["idi"] = True
+    runtime = _runtime_options(amp, channels_last, compile_, deterministic, data_on_device)
     cfg = load_config(config, overrides)
+    if runtime:
+        cfg.runtime = {**cfg.runtime, **runtime}
     if not (cfg.forget_classes or cfg.forget_random is not None or cfg.forget_indices):
         raise UserError("say what to forget: --forget-classes, --forget-random or --forget-indices")
-    results = run_experiment(cfg, progress=progress)
-    print_table(results)
-    typer.echo(f"wrote {Path(cfg.out) / 'results.json'} and results.md")
+    with distributed.process_group(resolve_device(cfg.device)) as world:
+        results = run_experiment(cfg, progress=progress)
+    if world.is_main:
+        print_table(results)
+        typer.echo(f"wrote {Path(cfg.out) / 'results.json'} and results.md")
 
 
 def _register_audit() -> None:

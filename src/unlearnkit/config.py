@@ -15,6 +15,8 @@ Keys (YAML and ``unlearnkit run`` flags take the same names, dashes or underscor
     audit: true   idi: false    # representation audit of every model; IDI too (slower)
     audit_config: {n_splits: 5} # overrides of unlearnkit.audit.AuditConfig (e.g. fewer probe resplits)
     out: runs/demo   data_dir: data   download: false   device: auto   cache_dir: null
+    runtime: {amp: bf16, channels_last: true, compile: false, deterministic: false, data_on_device: auto}
+                                # GPU fast path (runtime.py); the defaults are the plain float32 path
 """
 from __future__ import annotations
 
@@ -53,6 +55,7 @@ class RunConfig:
     download: bool = False
     device: str = "auto"
     cache_dir: str | None = None
+    runtime: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if isinstance(self.methods, str):
@@ -71,7 +74,7 @@ class RunConfig:
             raise UserError(f"test_convention must be salun or purge, not {self.test_convention!r}")
         if not self.methods:
             raise UserError("no method given: pass --methods (e.g. finetune,gradient_ascent or all)")
-        for key in ("model_kwargs", "method_params", "recipe", "audit_config"):
+        for key in ("model_kwargs", "method_params", "recipe", "audit_config", "runtime"):
             if not isinstance(getattr(self, key), dict):
                 raise UserError(f"config key {key!r} must be a mapping")
 

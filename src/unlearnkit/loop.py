@@ -2,7 +2,9 @@
 
 ``fit`` trains with cross-entropy under a :class:`Recipe` (optimizer, per-epoch schedule, epochs,
 batch size, weight decay, augmentation), shows a progress bar, stops on a non-finite loss, and can
-resume exactly from a state written after any epoch.
+resume exactly from a state written after any epoch. Under ``torchrun`` it trains data-parallel
+(``distributed.py``: the recipe's batch size is the global batch, cut across the ranks; loss and
+accuracy reduced over them); a :class:`~unlearnkit.runtime.Runtime` selects the GPU fast path.
 """
 from __future__ import annotations
 
@@ -15,9 +17,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import distributed
 from .data.arrays import ArrayData, Augment
 from .errors import NonFiniteLossError, UserError
 from .progress import bar
+from .runtime import Runtime
 
 
 @dataclass(frozen=True)
@@ -77,15 +81,18 @@ class FitState:
 
 def fit(model: nn.Module, data: ArrayData, recipe: Recipe, augment: Augment | None = None, seed: int = 0,
         device: torch.device | str = "cpu", description: str = "train", progress: bool = True,
-        resume: dict | None = None, on_epoch=None) -> FitState:
+        resume: dict | None = None, on_epoch=None, runtime: Runtime | None = None) -> FitState:
     """Train ``model`` in place with cross-entropy; returns the history (loss, accuracy per epoch).
 
     ``resume`` is a state written by ``on_epoch`` (model, optimizer, generator, epoch): the result
-    is then identical to an uninterrupted run. Raises :class:`NonFiniteLossError` on NaN/inf loss.
+    is then identical to an uninterrupted run. ``on_epoch`` is called on rank 0 only (the one that
+    writes). Raises :class:`NonFiniteLossError` on NaN/inf loss.
     """
     device = torch.device(device)
+    rt = runtime or Runtime()
+    rank = distributed.world()
     model.to(device)
-    opt = make_optimizer(model.parameters(), recipe)
+    opt = distributed.synced(make_optimizer(model.parameters(), recipe))
     gen = torch.Generator().manual_seed(seed)
     state = FitState()
     if resume is not None:
@@ -94,8 +101,10 @@ def fit(model: nn.Module, data: ArrayData, recipe: Recipe, augment: Augment | No
         gen.set_state(resume["generator"])
         state = FitState(int(resume["epoch"]), list(resume["history"]), float(resume["elapsed_s"]))
     aug = augment if recipe.augment else None
+    (data,) = rt.place([data], device)
     steps = -(-len(data) // recipe.batch_size)
-    with bar(recipe.epochs * steps, description, progress) as pbar:
+    with (bar(recipe.epochs * steps, description, progress and rank.is_main) as pbar, rt.backend(device),
+          rt.model(model) as forward, distributed.synced_batchnorm(model)):
         pbar.update(state.epoch * steps)
         for epoch in range(state.epoch, recipe.epochs):
             t0 = time.perf_counter()
@@ -105,16 +114,21 @@ def fit(model: nn.Module, data: ArrayData, recipe: Recipe, augment: Augment | No
             loss_sum = torch.zeros((), device=device)
             correct = torch.zeros((), device=device, dtype=torch.long)
             seen = 0
-            for xb, yb in data.batches(recipe.batch_size, shuffle=True, generator=gen, augment=aug, device=device):
-                logits = model(xb)
-                loss = F.cross_entropy(logits, yb)
+            for xb, yb in distributed.sharded_batches(data, recipe.batch_size, generator=gen, augment=aug,
+                                                      device=device):
+                with rt.autocast(device):
+                    logits = forward(rt.input(xb))
+                    loss = F.cross_entropy(logits, yb)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
-                loss_sum += loss.detach() * len(yb)
-                correct += (logits.detach().argmax(1) == yb).sum()
+                if len(yb):  # a rank's share of a short last batch can be empty (its loss is nan)
+                    loss_sum += loss.detach() * len(yb)
+                    correct += (logits.detach().argmax(1) == yb).sum()
                 seen += len(yb)
                 pbar.update(1)
+            if rank.size > 1:
+                loss_sum, correct, seen = _reduced(loss_sum, correct, seen)
             loss_epoch = float(loss_sum) / seen
             if not torch.isfinite(torch.tensor(loss_epoch)):
                 raise NonFiniteLossError(f"{description}: loss became {loss_epoch} in epoch {epoch + 1}; "
@@ -124,10 +138,15 @@ def fit(model: nn.Module, data: ArrayData, recipe: Recipe, augment: Augment | No
             state.elapsed_s += time.perf_counter() - t0
             state.epoch = epoch + 1
             pbar.update(0, loss=loss_epoch, acc=acc)
-            if on_epoch is not None:
+            if on_epoch is not None and rank.is_main:
                 on_epoch(copy.deepcopy({"model": model.state_dict(), "optimizer": opt.state_dict(),
                                         "generator": gen.get_state(), "epoch": state.epoch,
                                         "history": state.history, "elapsed_s": state.elapsed_s}))
     return state
 
 
+def _reduced(loss_sum: torch.Tensor, correct: torch.Tensor, seen: int) -> tuple[float, int, int]:
+    """Epoch loss sum, correct count and samples summed over the ranks (one all-reduce)."""
+    t = distributed.sum_over_ranks(torch.stack([loss_sum.double(), correct.double(),
+                                                torch.tensor(float(seen), dtype=torch.float64, device=loss_sum.device)]))
+    return float(t[0]), int(round(float(t[1]))), int(round(float(t[2])))

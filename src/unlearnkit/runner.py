@@ -4,6 +4,9 @@ Writes ``results.json`` (schema ``unlearnkit.results/1``, design.md) and ``resul
 ``cfg.out``, and each unlearned model to ``out/models/<method>.pt``. A method whose checkpoint
 already exists for the same original model, split, hyperparameters and seed is not rerun, so an
 interrupted run resumes where it stopped.
+
+Under ``torchrun`` every rank trains the references and the methods together (data-parallel, each
+method must support it: checked before any work); rank 0 alone evaluates, audits and writes.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
+from . import distributed
 from .checkpoints import atomic_write_text, load_checkpoint, save_checkpoint
 from .config import RunConfig
 from .data.datasets import load_dataset
@@ -25,6 +29,7 @@ from .methods import METHODS, preset_for
 from .metrics.summary import gap, h_mean
 from .models.zoo import audit_layers
 from .progress import console
+from .runtime import Runtime
 from .training import default_recipe, reference_model, resolve_device, versions, with_overrides
 
 SCHEMA = "unlearnkit.results/1"
@@ -119,6 +124,10 @@ def run_experiment(cfg: RunConfig, progress: bool = True, audit_original: bool =
     """
     names = method_names(cfg.methods)  # unknown names fail before any work
     audit_config = audit_settings(cfg) if cfg.audit else None
+    for name in names:
+        METHODS.get(name).check_distributed()  # under torchrun: before any work
+    rt = Runtime.from_dict(cfg.runtime)
+    main = distributed.world().is_main
     device = resolve_device(cfg.device)
     bundle = load_dataset(cfg.dataset, cfg.data_dir, cfg.download, cfg.data_seed)
     split = build_split(cfg, bundle)
@@ -126,16 +135,17 @@ def run_experiment(cfg: RunConfig, progress: bool = True, audit_original: bool =
         default_recipe(bundle.name, cfg.model)
     preset = preset_for(bundle.name, cfg.model) if cfg.preset == "auto" else cfg.preset
     out = Path(cfg.out)
-    console.print(f"[bold]{bundle.name}[/] {len(bundle.train)} train / {len(bundle.test)} test, forget "
+    say = console.print if main else (lambda *a, **k: None)
+    say(f"[bold]{bundle.name}[/] {len(bundle.train)} train / {len(bundle.test)} test, forget "
                   f"{split.spec.describe()}: {len(split.train_forget)} train samples; model {cfg.model}; "
                   f"device {device}")
 
     common = dict(split=split, model_name=cfg.model, recipe=recipe, seed=cfg.seed, model_kwargs=cfg.model_kwargs,
-                  cache_dir=cfg.cache_dir, device=device, progress=progress)
+                  cache_dir=cfg.cache_dir, device=device, progress=progress, runtime=rt)
     original = reference_model("original", **common)
     retrain = reference_model("retrain", **common)
     for ref in (original, retrain):
-        console.print(f"{ref.meta['kind']}: {'cached' if ref.cached else 'trained'} {ref.path}")
+        say(f"{ref.meta['kind']}: {'cached' if ref.cached else 'trained'} {ref.path}")
 
     models: dict[str, dict] = {}
     layers: list[str] = audit_layers(original.model) if cfg.audit else []
@@ -146,6 +156,11 @@ def run_experiment(cfg: RunConfig, progress: bool = True, audit_original: bool =
         models[name] = {"metrics": metrics, "runtime_s": runtime_s, **extra}
         return outputs
 
+    if not main:  # the other ranks only take part in the methods' data-parallel training
+        for name in names:
+            if name != "retrain":
+                _run_method(_method(name, preset, bundle, split, cfg), original, split, cfg, device, out, progress, rt)
+        return {}
     out_o = record("original", original.model, original.meta["train_time_s"],
                    {"checkpoint": str(original.path), "sha256": original.meta["sha256"]})
     out_r = record("retrain", retrain.model, retrain.meta["train_time_s"],
@@ -174,9 +189,9 @@ def run_experiment(cfg: RunConfig, progress: bool = True, audit_original: bool =
         if name == "retrain":
             continue  # the cached reference is the retrain row
         cls = METHODS.get(name)
-        method = cls.from_preset(preset, bundle.name, **task_params(name, split, cfg.method_params.get(name, {})))
+        method = _method(name, preset, bundle, split, cfg)
         model, runtime_s, stop_reason, history, path = _run_method(method, original, split, cfg, device, out,
-                                                                   progress)
+                                                                   progress, rt)
         outputs = record(name, model, runtime_s, {"hyperparameters": method.params(), "preset": preset,
                                                   "needs": sorted(method.needs), "stop_reason": stop_reason,
                                                   "history": history, "checkpoint": str(path), "paper": cls.paper})
@@ -195,6 +210,7 @@ def run_experiment(cfg: RunConfig, progress: bool = True, audit_original: bool =
         "config": cfg.to_dict(),
         "provenance": {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                        "versions": versions(), "git_commit": git_commit(), "device": str(device),
+                       "processes": distributed.world().size, "runtime": rt.to_dict(),
                        "recipe": recipe.to_dict(), "preset": preset,
                        "original_sha256": original.meta["sha256"], "retrain_sha256": retrain.meta["sha256"]},
         "task": {"dataset": bundle.name, "model": cfg.model, "num_classes": bundle.num_classes,
@@ -205,22 +221,35 @@ def run_experiment(cfg: RunConfig, progress: bool = True, audit_original: bool =
     return results
 
 
-def _run_method(method, original, split, cfg: RunConfig, device, out: Path, progress: bool):
-    """Run a method, or reuse its checkpoint from an earlier (interrupted) run of the same cell."""
+def _method(name: str, preset: str, bundle, split, cfg: RunConfig):
+    params = task_params(name, split, cfg.method_params.get(name, {}))
+    return METHODS.get(name).from_preset(preset, bundle.name, **params)
+
+
+def _run_method(method, original, split, cfg: RunConfig, device, out: Path, progress: bool,
+                runtime: Runtime | None = None):
+    """Run a method, or reuse its checkpoint from an earlier (interrupted) run of the same cell
+    (rank 0 decides and tells the others; only rank 0 writes)."""
+    rt = runtime or Runtime()
     cell = {"method": method.name, "params": method.params(), "original": original.meta["sha256"],
-            "split": split.split_hash, "seed": cfg.seed}
+            "split": split.split_hash, "seed": cfg.seed, **rt.cache_key()}
     cell_hash = hashlib.sha256(json.dumps(cell, sort_keys=True, default=str).encode()).hexdigest()[:16]
     path = out / "models" / f"{method.name}.pt"
-    if path.exists():
+    reused = None
+    if distributed.world().is_main and path.exists():
         try:
             model, meta = load_checkpoint(path)
             if meta.get("cell_hash") == cell_hash:
                 console.print(f"{method.name}: reusing {path}")
-                return model.to(device), meta["runtime_s"], meta["stop_reason"], meta["history"], path
+                reused = model.to(device), meta["runtime_s"], meta["stop_reason"], meta["history"], path
         except CheckpointError:
             pass
+    if distributed.broadcast_torch(reused is not None):
+        return reused
     res = method.unlearn(original.model, split, original=original.model, device=device, seed=cfg.seed,
-                         progress=progress)
+                         progress=progress, runtime=rt)
+    if not distributed.world().is_main:
+        return None
     save_checkpoint(res.model, path, {"cell_hash": cell_hash, "cell": cell, "runtime_s": res.runtime_s,
                                       "stop_reason": res.stop_reason, "history": res.history,
                                       "kind": "unlearned", "versions": versions()})

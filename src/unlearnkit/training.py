@@ -4,11 +4,14 @@
 0.9, wd 5e-4, batch 256, 182 epochs, steps at 91/136) for ResNets on CIFAR-like data, and short
 recipes tuned for the bundled data on CPU. ``reference_model`` trains the ``original`` (full
 training split) or the ``retrain`` reference (``train_retain`` only, same recipe, same seed)
-through a cache keyed by (dataset, split hash, model, recipe, seed, code version): a second run
-reuses them; an interrupted training resumes from its last finished epoch.
+through a cache keyed by (dataset, split hash, model, recipe, seed, code version, and bf16 autocast
+when used): a second run reuses them; an interrupted training resumes from its last finished epoch.
+Under ``torchrun`` all ranks train together; rank 0 alone holds the cache lock, reads and writes
+the cache and the partial state, and sends the others what they need (``distributed.py``).
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -20,12 +23,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import __version__
+from . import __version__, distributed
 from .checkpoints import atomic_write_bytes, load_checkpoint, save_checkpoint
 from .errors import CheckpointError, UserError
 from .loop import Recipe, fit
 from .models.zoo import create_model
 from .progress import console
+from .runtime import Runtime
 
 TRAINING_CODE_VERSION = 1  # bump when the loop changes numerics, to invalidate cached models
 
@@ -48,14 +52,18 @@ def default_recipe(dataset: str, model: str) -> Recipe:
 
 
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
+    """``auto`` = a GPU when there is one; under ``torchrun`` an unnumbered ``cuda`` is the
+    process's own GPU (``cuda:$LOCAL_RANK``)."""
     if device in (None, "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         dev = torch.device(device)
     except RuntimeError:
         raise UserError(f"unknown device {device!r} (use auto, cpu, cuda, cuda:0 ...)") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise UserError("--device cuda asked for, but no CUDA GPU is available here")
+    if dev.type == "cuda" and dev.index is None and distributed.launched_by_torchrun():
+        dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
     return dev
 
 
@@ -70,9 +78,13 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "unlearnkit" / "models"
 
 
-def reference_key(kind: str, split, model_name: str, model_kwargs: dict, recipe: Recipe, seed: int) -> dict:
-    """What a cached original/retrain model depends on (the original ignores the forget set)."""
-    return {
+def reference_key(kind: str, split, model_name: str, model_kwargs: dict, recipe: Recipe, seed: int,
+                  runtime: Runtime | None = None) -> dict:
+    """What a cached original/retrain model depends on (the original ignores the forget set).
+
+    Not the device, the number of processes, nor runtime options that only reorder floating-point
+    work: a model trained data-parallel on GPUs is the same model as one trained on a CPU."""
+    return {**(runtime or Runtime()).cache_key(),
         "kind": kind, "dataset": split.dataset.fingerprint(),
         "split_hash": split.split_hash if kind == "retrain" else None,
         "label_space": split.extra.get("label_space", "fine"),
@@ -91,51 +103,84 @@ class Reference:
 
 def reference_model(kind: str, split, model_name: str, recipe: Recipe, seed: int = 0,
                     model_kwargs: dict | None = None, cache_dir: str | Path | None = None,
-                    device: torch.device | str = "cpu", progress: bool = True) -> Reference:
+                    device: torch.device | str = "cpu", progress: bool = True,
+                    runtime: Runtime | None = None) -> Reference:
     """The ``original`` (trained on all of ``split.train``) or ``retrain`` (on ``split.train_retain``)."""
     if kind not in ("original", "retrain"):
         raise ValueError(kind)
     model_kwargs = dict(model_kwargs or {})
-    key = reference_key(kind, split, model_name, model_kwargs, recipe, seed)
+    key = reference_key(kind, split, model_name, model_kwargs, recipe, seed, runtime)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
-    cache.mkdir(parents=True, exist_ok=True)
     ds = split.dataset.name.replace("/", "_").replace(":", "_")[:40]
     path = cache / f"{ds}-{model_name.replace(':', '_')}-{kind}-s{seed}-{digest}.pt"
-    with open(path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # no two processes train the same model
-        if path.exists():
-            try:
-                model, meta = load_checkpoint(path)
-                return Reference(model.to(device), meta, path, cached=True)
-            except CheckpointError as e:
-                console.print(f"[yellow]cached {kind} model unusable ({e}); training it again[/]")
+    main = distributed.world().is_main
+    if main:
+        cache.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") if main else contextlib.nullcontext() as lock:
+        if main:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # no two processes (jobs) train the same model
+        cached = _cached(path, kind) if main else None
+        if distributed.world().size > 1:  # the other ranks get rank 0's cached model, or train with it
+            got = distributed.broadcast_torch(None if cached is None else {"state": cached[0].state_dict(),
+                                                                            "meta": cached[1]})
+            if got is not None and not main:
+                cached = (_build(model_name, split.dataset, model_kwargs, got["state"]), got["meta"])
+        if cached is not None:
+            return Reference(cached[0].to(device), cached[1], path, cached=True)
         data = split.train if kind == "original" else split.retrain_data
-        bundle = split.dataset
         torch.manual_seed(seed)
-        model = create_model(model_name, num_classes=bundle.num_classes, in_channels=bundle.in_channels,
-                             image_size=bundle.image_size, **model_kwargs)
+        model = _build(model_name, split.dataset, model_kwargs)
         partial = path.with_suffix(".partial.pt")
-        resume = None
-        if partial.exists():
-            try:
-                resume = torch.load(partial, map_location="cpu", weights_only=True)
-                console.print(f"resuming {kind} training from epoch {resume['epoch']}")
-            except Exception:
-                resume = None
+        resume = _partial(partial, kind) if main else None
+        resume = distributed.broadcast_torch(resume)
 
         def save_partial(st: dict) -> None:
             if st["epoch"] < recipe.epochs:
                 atomic_write_bytes(partial, lambda f: torch.save(st, f))
 
-        state = fit(model, data, recipe, bundle.augment, seed, device, f"{kind} {model_name}", progress,
-                    resume, save_partial)
+        state = fit(model, data, recipe, split.dataset.augment, seed, device, f"{kind} {model_name}", progress,
+                    resume, save_partial, runtime)
         meta = {"kind": kind, "key": key, "train_time_s": state.elapsed_s, "history": state.history,
                 "n_train": len(data), "versions": versions()}
-        save_checkpoint(model, path, meta)
-        partial.unlink(missing_ok=True)
-        model, meta = load_checkpoint(path)
+        if main:
+            save_checkpoint(model, path, meta)
+            partial.unlink(missing_ok=True)
+            model, meta = load_checkpoint(path)
+        got = distributed.broadcast_torch({"state": model.state_dict(), "meta": meta} if main else None)
+        if not main:  # exactly what rank 0 wrote
+            model.load_state_dict(got["state"])
+            meta = got["meta"]
         return Reference(model.to(device), meta, path, cached=False)
+
+
+def _build(model_name: str, bundle, model_kwargs: dict, state: dict | None = None) -> nn.Module:
+    model = create_model(model_name, num_classes=bundle.num_classes, in_channels=bundle.in_channels,
+                         image_size=bundle.image_size, **model_kwargs)
+    if state is not None:
+        model.load_state_dict(state)
+    return model
+
+
+def _cached(path: Path, kind: str) -> tuple[nn.Module, dict] | None:
+    if not path.exists():
+        return None
+    try:
+        return load_checkpoint(path)
+    except CheckpointError as e:
+        console.print(f"[yellow]cached {kind} model unusable ({e}); training it again[/]")
+        return None
+
+
+def _partial(partial: Path, kind: str) -> dict | None:
+    if not partial.exists():
+        return None
+    try:
+        resume = torch.load(partial, map_location="cpu", weights_only=True)
+        console.print(f"resuming {kind} training from epoch {resume['epoch']}")
+        return resume
+    except Exception:
+        return None
 
 
 def versions() -> dict[str, Any]:

@@ -81,8 +81,8 @@ class ArrayData(torch.utils.data.Dataset):
         return int(c), int(h), int(w)
 
     def normalize(self, xb: Tensor) -> Tensor:
-        """uint8/float pixels -> normalised float32 (on xb's device)."""
-        xb = xb.float()
+        """uint8/float pixels -> normalised floats of the default dtype (float32; on xb's device)."""
+        xb = xb.to(torch.get_default_dtype())
         if self.x.dtype == torch.uint8:
             xb = xb.div_(255.0)
         return self.normalize_float(xb)
@@ -96,19 +96,35 @@ class ArrayData(torch.utils.data.Dataset):
         augment: Augment | None = None,
         device: torch.device | str = "cpu",
         drop_last: bool = False,
+        shard: tuple[int, int] | None = None,
     ) -> Iterator[tuple[Tensor, Tensor]]:
-        """Yield ``(x, y)`` normalised batches. Evaluation: ``augment=None`` (the test transform)."""
+        """Yield ``(x, y)`` normalised batches. Evaluation: ``augment=None`` (the test transform).
+
+        ``shard=(rank, world)`` yields only this rank's rows of every global batch
+        (:func:`shard_bounds`; possibly none): the permutation and the augmentation's random draws
+        are made for the whole global batch, so the ranks' rows together are exactly the batch one
+        process would see, and every rank's generator stays in step. Nothing here waits for a GPU:
+        images already on it are gathered there (the permutation is copied once per pass), rows from
+        the CPU go through pinned memory, both with asynchronous copies.
+        """
         n = len(self)
         order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
+        x_order = to_device_async(order, self.x.device)
         stop = n - (n % batch_size) if drop_last else n
+        device = torch.device(device)
         for s in range(0, stop, batch_size):
-            idx = order[s : s + batch_size]
-            xb = self.x[idx].to(device, non_blocking=True).float()
+            idx, x_idx = order[s : s + batch_size], x_order[s : s + batch_size]
+            params = augment_params(len(idx), augment, generator) if augment is not None and augment.active else None
+            if shard is not None:
+                lo, hi = shard_bounds(len(idx), *shard)
+                idx, x_idx = idx[lo:hi], x_idx[lo:hi]
+                params = None if params is None else tuple(None if p is None else p[lo:hi] for p in params)
+            xb = _gather(self.x, x_idx, device).to(torch.get_default_dtype())
             if self.x.dtype == torch.uint8:
                 xb = xb.div_(255.0)
-            if augment is not None and augment.active:
-                xb = augment_batch(xb, augment, generator)
-            yield self.normalize_float(xb), self.y[idx].to(device, non_blocking=True)
+            if params is not None:
+                xb = apply_augment(xb, augment, params)
+            yield self.normalize_float(xb), _gather(self.y, idx, device)
 
     def normalize_float(self, xb: Tensor) -> Tensor:
         """Float pixels in [0, 1] -> (x - mean) / std."""
@@ -117,19 +133,64 @@ class ArrayData(torch.utils.data.Dataset):
         return (xb - mean).div_(std)
 
 
-def augment_batch(x: Tensor, aug: Augment, generator: torch.Generator | None = None) -> Tensor:
-    """Per-sample random crop (zero padding ``p``) and horizontal flip, vectorised with gather."""
-    b, c, h, w = x.shape
+def shard_bounds(n: int, rank: int, world: int) -> tuple[int, int]:
+    """Rows ``[lo, hi)`` of a batch of ``n`` that rank ``rank`` of ``world`` holds: contiguous,
+    sizes differing by at most one, the first ``n % world`` ranks one longer (``torch.tensor_split``);
+    a rank holds none when ``n < world``."""
+    base, extra = divmod(n, world)
+    lo = rank * base + min(rank, extra)
+    return lo, lo + base + (1 if rank < extra else 0)
+
+
+def to_device_async(t: Tensor, device: torch.device) -> Tensor:
+    """``t`` on ``device``; from the CPU to a GPU through pinned memory without waiting for the GPU."""
+    if t.device == device:
+        return t
+    if device.type == "cuda" and t.device.type == "cpu":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
+def _gather(t: Tensor, idx: Tensor, device: torch.device) -> Tensor:
+    """``t[idx]`` on ``device``; CPU rows bound for a GPU go through pinned memory (async copy)."""
+    if t.device == device or device.type != "cuda" or t.device.type != "cpu":
+        return t[to_device_async(idx, t.device)].to(device, non_blocking=True)
+    out = torch.empty((len(idx), *t.shape[1:]), dtype=t.dtype, pin_memory=True)
+    torch.index_select(t, 0, idx, out=out)
+    return out.to(device, non_blocking=True)
+
+
+def augment_params(b: int, aug: Augment, generator: torch.Generator | None = None
+                   ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    """The random draws of :func:`augment_batch` for ``b`` samples: crop offsets (rows, columns)
+    and flip decisions, on the CPU, in the generator order ``augment_batch`` has always used."""
+    oy = ox = flip = None
     if aug.crop_padding > 0:
         p = aug.crop_padding
+        oy = torch.randint(0, 2 * p + 1, (b,), generator=generator)
+        ox = torch.randint(0, 2 * p + 1, (b,), generator=generator)
+    if aug.hflip:
+        flip = torch.rand(b, generator=generator) < 0.5
+    return oy, ox, flip
+
+
+def apply_augment(x: Tensor, aug: Augment, params) -> Tensor:
+    """Per-sample random crop (zero padding ``p``) and horizontal flip, vectorised with gather."""
+    b, c, h, w = x.shape
+    oy, ox, flip = params
+    if oy is not None:
+        p = aug.crop_padding
         xp = F.pad(x, (p, p, p, p))
-        oy = torch.randint(0, 2 * p + 1, (b,), generator=generator).to(x.device)
-        ox = torch.randint(0, 2 * p + 1, (b,), generator=generator).to(x.device)
+        oy, ox = to_device_async(oy, x.device), to_device_async(ox, x.device)
         rows = (oy[:, None] + torch.arange(h, device=x.device)).view(b, 1, h, 1).expand(b, c, h, w + 2 * p)
         x = xp.gather(2, rows)
         cols = (ox[:, None] + torch.arange(w, device=x.device)).view(b, 1, 1, w).expand(b, c, h, w)
         x = x.gather(3, cols)
-    if aug.hflip:
-        flip = (torch.rand(b, generator=generator) < 0.5).to(x.device).view(b, 1, 1, 1)
-        x = torch.where(flip, x.flip(3), x)
+    if flip is not None:
+        x = torch.where(to_device_async(flip, x.device).view(b, 1, 1, 1), x.flip(3), x)
     return x
+
+
+def augment_batch(x: Tensor, aug: Augment, generator: torch.Generator | None = None) -> Tensor:
+    """Per-sample random crop (zero padding ``p``) and horizontal flip, drawn with ``generator``."""
+    return apply_augment(x, aug, augment_params(x.shape[0], aug, generator))

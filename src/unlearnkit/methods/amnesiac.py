@@ -30,7 +30,8 @@ import torch.nn.functional as F
 from ..data.arrays import ArrayData
 from ..progress import bar
 from .base import UnlearnResult, UnlearningMethod, register_method
-from .common import batches, check_finite, n_batches, random_labels, set_train_mode, sgd
+from .common import (adam, batches, check_finite, global_batch_len, local_rows, n_batches, random_labels,
+                     set_train_mode, sgd)
 
 VARIANTS = ("ssd", "mirage")
 
@@ -41,6 +42,7 @@ class Amnesiac(UnlearningMethod):
     paper = ("Graves et al., AAAI'21 'Amnesiac machine learning' "
              "(relabelling variant of the SSD / bad-teacher benchmarks)")
     needs = frozenset({"forget", "retain"})
+    distributed = True  # one data part per step: runs data-parallel under torchrun
     # "small" (class 3, small_cnn, batch 64; val forget / val retain acc, original 100/99.2 digits,
     # 100/96.4 mnist5k). digits, seeds 0-2: lr 1e-4 x 3 ep 0/99.2, 3e-4 x 3 ep 0/99.5, 3e-4 x 2 ep
     # 0/99.5, 1e-3 x 1 ep 0/99.0, 1e-3 x 2 ep 0/99.0; mirage variant lr 1e-3 x 5 ep 18/97.7.
@@ -65,7 +67,7 @@ class Amnesiac(UnlearningMethod):
             relabelled = data.forget.with_labels(random_labels(len(data.forget), data.num_classes, gen,
                                                                exclude=data.forget.y))
             train = ArrayData.concat([relabelled, data.retain])
-            opt = torch.optim.Adam(model.parameters(), lr=self.lr)
+            opt = adam(model.parameters(), lr=self.lr)
         else:
             train = data.forget
             opt = sgd(model.parameters(), self.lr, self.momentum, weight_decay=0.0)
@@ -76,15 +78,15 @@ class Amnesiac(UnlearningMethod):
                 total = 0.0
                 for x, y in batches(train, self.batch_size, gen, device, aug):
                     if self.variant == "mirage":
-                        y = random_labels(x.shape[0], data.num_classes, gen).to(device)
+                        y = local_rows(random_labels(global_batch_len(x), data.num_classes, gen)).to(device)
                     loss = F.cross_entropy(model(x), y)
-                    check_finite(loss, self.name, step)
+                    value = check_finite(loss, self.name, step)
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
                     opt.step()
-                    total += loss.item()
+                    total += value
                     step += 1
-                    pb.update(1, loss=loss.item())
+                    pb.update(1, loss=value)
                 history.append({"epoch": epoch + 1, "samples": len(train),
                                 "loss": total / max(1, n_batches(train, self.batch_size))})
         return UnlearnResult(model, 0.0, "completed", history)

@@ -30,7 +30,7 @@ from torch import Tensor
 from ..data.arrays import ArrayData
 from ..progress import bar
 from .base import UnlearnResult, UnlearningMethod, register_method
-from .common import batches, check_finite, n_batches, reinit_seeded, set_train_mode
+from .common import adam, batches, check_finite, n_batches, reinit_seeded, set_train_mode
 
 
 def bad_teacher_loss(student: Tensor, flag: Tensor, competent: Tensor, incompetent: Tensor,
@@ -58,6 +58,7 @@ class BadTeacher(UnlearningMethod):
     paper = ("Chundawat et al., AAAI'23 'Can bad teaching induce forgetting?' "
              "(vikram2000b/bad-teaching-unlearning)")
     needs = frozenset({"forget", "retain", "original"})
+    distributed = True  # one data part per step: runs data-parallel under torchrun
     # "small" (class 3, small_cnn, batch 64, 30 % of D_r; val forget / val retain acc, original
     # 100/99.2 digits, 100/96.4 mnist5k). digits, seeds 0-2: lr 1e-4 x 1 ep 100/99.2, 1e-4 x 3 ep
     # 58/99.2, 1e-3 x 1 ep 0/97.7, 1e-3 x 2 ep 0/99.0, 3e-3 x 1 ep 0/88.3. mnist5k, seed 0:
@@ -80,7 +81,7 @@ class BadTeacher(UnlearningMethod):
         for p in incompetent.parameters():
             p.requires_grad_(False)
         mixed = unlearning_data(data.forget, data.retain, self.retain_fraction, gen)
-        opt = torch.optim.Adam(model.parameters(), lr=self.lr)
+        opt = adam(model.parameters(), lr=self.lr)
         aug = data.augment if self.augment else None
         history, step = [], 0
         with bar(self.epochs * n_batches(mixed, self.batch_size), self.name, progress) as pb:
@@ -91,12 +92,12 @@ class BadTeacher(UnlearningMethod):
                     with torch.no_grad():
                         competent, bad = original(x), incompetent(x)
                     loss = bad_teacher_loss(model(x), flag, competent, bad, self.kl_temperature)
-                    check_finite(loss, self.name, step)
+                    value = check_finite(loss, self.name, step)
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
                     opt.step()
-                    total += loss.item()
+                    total += value
                     step += 1
-                    pb.update(1, kl=loss.item())
+                    pb.update(1, kl=value)
                 history.append({"epoch": epoch + 1, "kl": total / max(1, n_batches(mixed, self.batch_size))})
         return UnlearnResult(model, 0.0, "completed", history)

@@ -5,6 +5,11 @@ and only ever sees that: :meth:`UnlearningMethod.unlearn` hands ``_unlearn`` a :
 whose undeclared parts are ``None``. It works on a deep copy, so the caller's model is never
 mutated, and it must not grade itself with the auditor (methods never import ``audit``).
 
+Data-parallel (``torchrun``): a method that sets ``distributed = True`` runs on every rank with
+its batches cut across the ranks (``common.py``, ``distributed.py``); any other raises a
+:class:`~unlearnkit.errors.UserError` saying why (``not_distributed``) instead of silently running
+on one rank.
+
 Presets: the dataclass defaults are the reference's (ResNet-18 / CIFAR-10, reference-specs §3);
 ``PRESETS["small"]`` holds defaults for the bundled datasets with the small CNN, chosen with
 :func:`preset_for`. A key ``"small@<dataset>"`` overrides some of them for one dataset, where a
@@ -20,9 +25,11 @@ from typing import ClassVar
 import torch
 from torch import nn
 
+from .. import distributed
 from ..data.arrays import ArrayData, Augment
-from ..errors import NonFiniteLossError
+from ..errors import NonFiniteLossError, UserError
 from ..registry import Registry
+from ..runtime import Runtime
 
 NEEDS = ("forget", "retain", "original", "test", "val")
 BUNDLED = ("digits", "mnist5k")
@@ -63,6 +70,10 @@ class UnlearningMethod:
     changes_head: ClassVar[bool] = False
     #: True when the method re-initialises the model (retrain): a broken input model is no error then
     starts_from_scratch: ClassVar[bool] = False
+    #: True for a plain loop over batches of one data part per step, made data-parallel by common.py
+    distributed: ClassVar[bool] = False
+    #: why a method cannot run data-parallel (shown when it is started under torchrun)
+    not_distributed: ClassVar[str] = "it has not been made data-parallel"
 
     def params(self) -> dict:
         """Hyperparameters as plain values; ``type(m)(**m.params())`` rebuilds an equal method."""
@@ -98,9 +109,24 @@ class UnlearningMethod:
             augment=split.dataset.augment,
         )
 
+    @classmethod
+    def check_distributed(cls) -> None:
+        """Raise a :class:`UserError` when running under ``torchrun`` and the method cannot."""
+        w = distributed.world().size
+        if w > 1 and not cls.distributed:
+            raise UserError(f"{cls.name} cannot run data-parallel ({w} processes): {cls.not_distributed}; "
+                            f"run it in one process (without torchrun)")
+
     def unlearn(self, model: nn.Module, split, original: nn.Module | None = None,
-                device: torch.device | str = "cpu", seed: int = 0, progress: bool = False) -> UnlearnResult:
-        """Return an unlearned copy of ``model``; ``model`` and ``original`` are left untouched."""
+                device: torch.device | str = "cpu", seed: int = 0, progress: bool = False,
+                runtime: Runtime | None = None) -> UnlearnResult:
+        """Return an unlearned copy of ``model``; ``model`` and ``original`` are left untouched.
+
+        ``runtime`` (GPU fast path): its backend flags, channels_last, bf16 autocast around the
+        whole method, and the data parts kept on the GPU when they fit (``torch.compile`` is not
+        applied to methods)."""
+        self.check_distributed()
+        rt = runtime or Runtime()
         device = torch.device(device)
         work = copy.deepcopy(model).to(device)
         frozen = None
@@ -109,10 +135,16 @@ class UnlearningMethod:
             for p in frozen.parameters():
                 p.requires_grad_(False)
         data = self.data_for(split)
+        data.forget, data.retain, data.test, data.val = rt.place([data.forget, data.retain, data.test, data.val],
+                                                                 device)
         torch.manual_seed(seed)
         gen = torch.Generator().manual_seed(seed)
         t0 = time.perf_counter()
-        result = self._unlearn(work, data, frozen, device, gen, progress)
+        with (rt.backend(device), rt.model(work), rt.autocast(device), distributed.synced_batchnorm(work),
+              distributed.stream_scope()):
+            if frozen is not None and rt.channels_last:
+                frozen.to(memory_format=torch.channels_last)
+            result = self._unlearn(work, data, frozen, device, gen, progress and distributed.world().is_main)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         result.runtime_s = time.perf_counter() - t0

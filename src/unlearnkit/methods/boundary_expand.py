@@ -83,6 +83,7 @@ def prune_head(model: nn.Module, path: str, k: int) -> None:
 class BoundaryExpand(UnlearningMethod):
     paper = "Chen et al., CVPR'23 'Boundary Unlearning' (Boundary Expanding)"
     needs = frozenset({"forget"})
+    distributed = True  # one data part per step: runs data-parallel under torchrun
     # "small" (class 3, small_cnn, batch 64; val forget / val retain acc, original 100/99-100 digits,
     # 100/96.4 mnist5k). digits, 10 epochs, seeds 0-2 (0-1 for the first two): bn train lr 1e-5
     # 27/97.7, 1e-4 27/97.7, 3e-4 27/98.4, 1e-3 0/97.4, 1e-2 0/52; lr 1e-3 x 5 ep 27/97.9; bn frozen
@@ -113,13 +114,13 @@ class BoundaryExpand(UnlearningMethod):
                 total = 0.0
                 for x, _ in batches(data.forget, self.batch_size, gen, device, aug):
                     loss = F.cross_entropy(model(x), torch.full((x.shape[0],), k, device=device))
-                    check_finite(loss, self.name, step)
+                    value = check_finite(loss, self.name, step)
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
                     opt.step()
-                    total += loss.item()
+                    total += value
                     step += 1
-                    pb.update(1, shadow_ce=loss.item())
+                    pb.update(1, shadow_ce=value)
                 history.append({"epoch": epoch + 1,
                                 "shadow_ce": total / max(1, n_batches(data.forget, self.batch_size))})
         if self.prune:

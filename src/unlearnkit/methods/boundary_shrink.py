@@ -33,7 +33,7 @@ from torch import Tensor, nn
 
 from ..progress import bar
 from .base import UnlearnResult, UnlearningMethod, register_method
-from .common import check_finite, cycle, n_batches, set_train_mode, sgd
+from .common import check_finite, cycle, n_batches, set_train_mode, sgd, sum_over_ranks
 
 
 def fgsm_pixel(model: nn.Module, x: Tensor, y: Tensor, bound: float, mean, std) -> Tensor:
@@ -54,6 +54,7 @@ def fgsm_pixel(model: nn.Module, x: Tensor, y: Tensor, bound: float, mean, std) 
 class BoundaryShrink(UnlearningMethod):
     paper = "Chen et al., CVPR'23 'Boundary Unlearning' (Boundary Shrink)"
     needs = frozenset({"forget", "original"})
+    distributed = True  # one data part per step: runs data-parallel under torchrun
     # "small" (class 3, small_cnn, batch 64, 10 epochs; val forget / val retain acc). digits, original
     # 100/99-100, seeds 0-1 (0-2 for frozen): bn train lr 1e-5 27/98.4, 1e-4 50/98.4, 1e-3 70/96.5,
     # 1e-2 93/42; bn frozen lr 1e-6..3e-6 100/99.2, 1e-5 67/98.4, 3e-5 58/99.0, 1e-4 62/99.2.
@@ -89,15 +90,16 @@ class BoundaryShrink(UnlearningMethod):
                 with torch.no_grad():
                     y_nb = original(x_adv).argmax(1)
                 loss = F.cross_entropy(model(x), y_nb)
-                check_finite(loss, self.name, step)
+                value = check_finite(loss, self.name, step)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
-                total += loss.item()
+                total += value
                 flipped += int((y_nb != y).sum())
                 seen += len(y)
-                pb.update(1, loss=loss.item())
+                pb.update(1, loss=value)
                 if (step + 1) % per_epoch == 0:
+                    flipped, seen = (int(v) for v in sum_over_ranks(torch.tensor([flipped, seen], device=device)))
                     history.append({"epoch": (step + 1) // per_epoch, "loss": total / per_epoch,
                                     "attack_success": flipped / max(1, seen)})
                     total, flipped, seen = 0.0, 0, 0

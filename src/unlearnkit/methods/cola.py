@@ -57,6 +57,7 @@ class CollapseAndAlign(UnlearningMethod):
     paper = ("Jeon et al., An Information Theoretic Evaluation Metric for Strong Unlearning (COLA baseline), "
              "arXiv 2405.17878 -- INFERRED, no reference code")
     needs = frozenset({"retain"})
+    not_distributed = "its collapse stage's supervised contrastive loss compares every pair within a batch"
     # small: tuned on the VAL split, class 3, small_cnn, seed 0 (val forget / val retain accuracy;
     # original 100 / 100 on digits). Collapse has to be strong to move D_f (digits):
     #   defaults (bs 256, lr 0.01, 5 + 5 epochs): 100 / 99.2;  bs 64: 100 / 100;  bs 64, collapse lr 0.05:

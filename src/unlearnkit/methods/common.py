@@ -1,13 +1,22 @@
-"""Plain functions shared by the methods (no trainer hierarchy): modes, optimizers, losses, batches."""
+"""Plain functions shared by the methods (no trainer hierarchy): modes, optimizers, losses, batches.
+
+Under ``torchrun`` (``distributed.py``) the batch iterators give each rank its rows of every global
+batch, the optimizers from :func:`sgd` / :func:`adam` / :func:`synced` average the gradients of the
+global batch before each step, and :func:`check_finite` returns (and checks) the loss of the global
+batch; in one process they are what they always were.
+"""
 from __future__ import annotations
 
+import math
 from typing import Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .. import distributed
 from ..data.arrays import ArrayData, Augment
+from ..distributed import global_batch_len, local_rows, sum_over_ranks, synced  # noqa: F401  (re-exported)
 from ..errors import NonFiniteLossError
 
 BN_MODES = ("train", "frozen")
@@ -26,14 +35,24 @@ def set_train_mode(model: nn.Module, bn_mode: str = "train") -> None:
 
 
 def sgd(params, lr: float, momentum: float = 0.9, weight_decay: float = 5e-4) -> torch.optim.SGD:
-    return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    return synced(torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay))
 
 
-def check_finite(loss: Tensor, method: str, step: int) -> None:
-    """Stop with a clear error instead of returning a silently broken model."""
-    if not torch.isfinite(loss).all():
-        raise NonFiniteLossError(f"{method}: loss became {loss.item()} at step {step}; "
-                                 f"lower its learning rate")
+def adam(params, lr: float, weight_decay: float = 0.0) -> torch.optim.Adam:
+    return synced(torch.optim.Adam(params, lr=lr, weight_decay=weight_decay))
+
+
+def check_finite(loss: Tensor, method: str, step: int) -> float:
+    """Stop with a clear error instead of returning a silently broken model; returns a scalar loss
+    as a float (in a data-parallel run: over the whole global batch, the same on every rank)."""
+    if loss.numel() != 1:
+        if not torch.isfinite(loss).all():
+            raise NonFiniteLossError(f"{method}: non-finite values at step {step}; lower its learning rate")
+        return math.nan
+    value = distributed.batch_mean(loss)
+    if not math.isfinite(value):
+        raise NonFiniteLossError(f"{method}: loss became {value} at step {step}; lower its learning rate")
+    return value
 
 
 def kl_with_temperature(student_logits: Tensor, teacher_logits: Tensor, T: float = 1.0) -> Tensor:
@@ -45,15 +64,17 @@ def kl_with_temperature(student_logits: Tensor, teacher_logits: Tensor, T: float
 
 def batches(data: ArrayData, batch_size: int, gen: torch.Generator, device, augment: Augment | None = None,
             shuffle: bool = True) -> Iterator[tuple[Tensor, Tensor]]:
-    """One shuffled pass over ``data`` (training transform when ``augment`` is given)."""
-    return data.batches(batch_size, shuffle=shuffle, generator=gen, augment=augment, device=device)
+    """One shuffled pass over ``data`` (training transform when ``augment`` is given); this rank's
+    rows of each global batch under ``torchrun``."""
+    return distributed.sharded_batches(data, batch_size, shuffle=shuffle, generator=gen, augment=augment,
+                                       device=device)
 
 
 def cycle(data: ArrayData, batch_size: int, gen: torch.Generator, device, augment: Augment | None = None
           ) -> Iterator[tuple[Tensor, Tensor]]:
     """Endless shuffled batches (a new permutation each pass), for pairing forget with retain batches."""
     while True:
-        yield from data.batches(batch_size, shuffle=True, generator=gen, augment=augment, device=device)
+        yield from batches(data, batch_size, gen, device, augment)
 
 
 def n_batches(data: ArrayData, batch_size: int) -> int:
@@ -71,7 +92,8 @@ def reinit(model: nn.Module) -> None:
 
 def random_labels(n: int, num_classes: int, gen: torch.Generator, exclude: Tensor | None = None) -> Tensor:
     """``n`` labels ~ Uniform{0..K-1} drawn with ``gen`` (on the CPU); with ``exclude`` (e.g. the true
-    labels) each label is uniform over the K-1 *other* classes instead."""
+    labels) each label is uniform over the K-1 *other* classes instead. For a batch, draw for the
+    global batch and keep this rank's rows: ``local_rows(random_labels(global_batch_len(x), ...))``."""
     if exclude is None:
         return torch.randint(0, num_classes, (n,), generator=gen)
     r = torch.randint(0, num_classes - 1, (n,), generator=gen)

@@ -85,6 +85,8 @@ class ContrastiveUnlearning(UnlearningMethod):
     paper = ("Lee et al., Contrastive Unlearning: A Contrastive Approach to Machine Unlearning, IJCAI 2025 "
              "(Hongkyu-Lee/Contrastive-Unlearning)")
     needs = frozenset({"forget", "retain", "val"})
+    not_distributed = ("its contrastive loss compares every pair within a batch (not a mean of per-sample terms), "
+                       "on paired forget and retain streams")
     # small: tuned on the VAL split, class 3, small_cnn, seed 0 (val forget / val retain accuracy;
     # original 100 / 100 on digits, 100 / 96.4 on mnist5k). digits has 3 forget batches (12 steps) per
     # epoch, so the reference lr / 3 epochs barely move it:

@@ -159,6 +159,8 @@ def _acc(model: nn.Module, data, device) -> float:
 class EraseAtTheCore(UnlearningMethod):
     paper = "Lee, Kim & Kim, Erase at the Core (arXiv 2602.05375; no public code: INFERRED details)"
     needs = frozenset({"forget", "retain", "val"})
+    not_distributed = ("its contrastive loss pairs forget with retain batches (two streams per step, pairwise "
+                       "terms)")
     # small: tuned on the VAL split like CU (contrastive.py): the reference lr 1e-3 x 3 epochs barely
     # moves the small CNN on digits (3 forget batches an epoch); lr 1e-2 with <= 10 epochs.
     PRESETS = {"reference": {}, "small": {"lr": 1e-2, "epochs": 10}}
@@ -221,6 +223,8 @@ def _make_plugin(base_name: str):
     @dataclass
     class ECPlugin(UnlearningMethod):
         """EC as a plug-in: the base method's loss + ``ec_weight`` x the EC loss at each step."""
+
+        not_distributed = "the EC plug-in pairs forget with retain batches in a contrastive term"
 
         base: dict = field(default_factory=dict)     # the base method's hyperparameters (its defaults if empty)
         ec_weight: float = 1.0

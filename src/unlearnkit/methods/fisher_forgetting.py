@@ -108,6 +108,8 @@ class FisherForgetting(UnlearningMethod):
     paper = ("Golatkar et al., Eternal Sunshine of the Spotless Net: Selective Forgetting in Deep "
              "Networks, CVPR 2020 (AdityaGolatkar/SelectiveForgetting Forgetting.ipynb)")
     needs = frozenset({"forget", "retain"})
+    not_distributed = ("it is closed-form: a Fisher estimate from per-sample gradients over all of D_r, then one "
+                       "noise step")
     # small: tuned on the VAL split, class 3, small_cnn, seed 0 (val forget / val retain accuracy;
     # original 100 / 100 on digits, 100 / 96.4 on mnist5k). The forget accuracy falls to 0 through the
     # class-wise head handling (forgotten classifier rows ~ N(0, 1e-3)) whatever alpha; alpha sets the

@@ -79,6 +79,8 @@ class InfluenceUnlearning(UnlearningMethod):
     paper = ("Koh & Liang 2017 influence functions; WoodFisher (Singh & Alistarh 2020) as in Jia et al., "
              "Model Sparsity Can Simplify Machine Unlearning, NeurIPS 2023 (SalUn unlearn/Wfisher.py)")
     needs = frozenset({"forget", "retain"})
+    not_distributed = ("it is closed-form: full-pass gradients and a WoodFisher inverse-Hessian product, then one "
+                       "step")
     # small: alpha tuned on the VAL split, class 3, small_cnn, seed 0 (val forget / val retain accuracy;
     # original 100 / 100 on digits, 100 / 96.4 on mnist5k). The step is ~alpha * v (see above), and
     # |v| depends on how well the model fits D_f, so alpha does not transfer between datasets:

@@ -43,6 +43,7 @@ class L1Sparse(UnlearningMethod):
     # "small" keeps the reference alpha and lr (SalUn reports class-wise l1-sparse UA well below 100
     # on CIFAR-10 only with its ResNet-18 recipe).
     reduces_forget_acc = False
+    distributed = True  # one data part per step: runs data-parallel under torchrun
     PRESETS = {"reference": {}, "small": {"lr": 0.01, "epochs": 5, "batch_size": 64, "alpha": 1e-4}}
 
     lr: float = 0.01
@@ -69,13 +70,13 @@ class L1Sparse(UnlearningMethod):
                     loss = F.cross_entropy(model(x), y)
                     if a > 0:
                         loss = loss + a * sum(p.abs().sum() for p in params)
-                    check_finite(loss, self.name, step)
+                    value = check_finite(loss, self.name, step)
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
                     opt.step()
-                    total += loss.item()
+                    total += value
                     step += 1
-                    pb.update(1, loss=loss.item())
+                    pb.update(1, loss=value)
                 history.append({"epoch": epoch + 1, "alpha": a,
                                 "loss": total / max(1, n_batches(data.retain, self.batch_size))})
         return UnlearnResult(model, 0.0, "completed", history)

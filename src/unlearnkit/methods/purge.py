@@ -109,6 +109,8 @@ class Purge(UnlearningMethod):
     paper = ("Jawandhia et al. 2026, 'PURGE: Projected Unlearning via Retain-Guided Erasure' "
              "(vedjaw/la_purge run.py::purge_unlearn, configs/cifar10_kl_retain.yaml)")
     needs = frozenset({"forget", "retain", "original"})
+    not_distributed = ("A-GEM projects the forget gradient against the retain gradient, which needs each global "
+                       "gradient separately, and it stops on full passes")
     # small (small_cnn, class 3, validation split; val forget / val retain accuracy; original 100 / 99.2
     # on digits, 100 / 96.4 on mnist5k; retrain's val forget accuracy is 0). PURGE stops itself once the
     # train forget accuracy is <= fa_target (10 %), so it lands near, not at, 0:

@@ -21,7 +21,8 @@ import torch.nn.functional as F
 
 from ..progress import bar
 from .base import UnlearnResult, UnlearningMethod, register_method
-from .common import batches, check_finite, n_batches, random_labels, set_train_mode, sgd
+from .common import (batches, check_finite, global_batch_len, local_rows, n_batches, random_labels,
+                     set_train_mode, sgd)
 
 
 def random_label_epoch(model, opt, data, batch_size, gen, device, aug, name, step, pb,
@@ -33,20 +34,20 @@ def random_label_epoch(model, opt, data, batch_size, gen, device, aug, name, ste
     k = data.num_classes
     tot_f = tot_r = 0.0
     for x, _ in batches(data.forget, batch_size, gen, device, aug):
-        y = random_labels(x.shape[0], k, gen).to(device)
+        y = local_rows(random_labels(global_batch_len(x), k, gen)).to(device)
         loss = F.cross_entropy(model(x), y)
-        check_finite(loss, name, step)
+        value = check_finite(loss, name, step)
         _step(opt, loss, after_step)
-        tot_f += loss.item()
+        tot_f += value
         step += 1
-        pb.update(1, forget_ce=loss.item())
+        pb.update(1, forget_ce=value)
     for x, y in batches(data.retain, batch_size, gen, device, aug):
         loss = F.cross_entropy(model(x), y)
-        check_finite(loss, name, step)
+        value = check_finite(loss, name, step)
         _step(opt, loss, after_step)
-        tot_r += loss.item()
+        tot_r += value
         step += 1
-        pb.update(1, retain_ce=loss.item())
+        pb.update(1, retain_ce=value)
     return (tot_f / max(1, n_batches(data.forget, batch_size)),
             tot_r / max(1, n_batches(data.retain, batch_size)), step)
 
@@ -66,6 +67,7 @@ def _step(opt, loss, after_step) -> None:
 class RandomLabel(UnlearningMethod):
     paper = "Golatkar et al. 2020 / SalUn RL baseline (Fan et al., ICLR'24), Unlearn-Saliency unlearn/RL.py"
     needs = frozenset({"forget", "retain"})
+    distributed = True  # one data part per step: runs data-parallel under torchrun
     # "small": class 3 forgotten, small_cnn, batch 64, val split (val forget acc / val retain acc,
     # original 100/99-100 on digits, 100/96.4 on mnist5k; retrained: 0 forget). digits, seeds 0-2:
     # lr 0.01 x 2 ep 0/98.2, lr 0.015 x 2 ep 0/98.4, lr 0.02 x 2 ep 0/95.6 (91.4 worst seed),

@@ -19,6 +19,7 @@ class Retrain(UnlearningMethod):
     paper = "retrain from scratch on D_r (exact unlearning; the reference every audit compares with)"
     needs = frozenset({"retain"})
     starts_from_scratch = True
+    distributed = True  # fit() is data-parallel
     PRESETS = {"reference": {}, "small": {"recipe": {"lr": 0.05, "epochs": 15, "batch_size": 128}}}
 
     recipe: dict = field(default_factory=lambda: {"lr": 0.1, "epochs": 182, "batch_size": 256,

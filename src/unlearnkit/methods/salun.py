@@ -91,6 +91,7 @@ class _MaskedUpdate:
 class SalUn(UnlearningMethod):
     paper = "Fan et al., ICLR'24 'SalUn: Empowering machine unlearning via gradient-based weight saliency'"
     needs = frozenset({"forget", "retain"})
+    distributed = True  # the mask is computed alike on every rank; then RL data-parallel
     # "small": class 3, small_cnn, mask 0.5, batch 64, val forget / val retain acc (original 100/99-100
     # digits, 100/96.4 mnist5k). digits, seeds 0-2: lr 0.013 x 3 ep 2.2/98.4, lr 0.02 x 2 ep 0/96.4,
     # lr 0.02 x 3 ep 0/97.9, lr 0.05 x 2 ep 0/94.8. mnist5k, seed 0: lr 0.02 x 2 ep 0/96.1 (23 s),

@@ -41,6 +41,7 @@ def scrub_lr(lr: float, epoch: int, decay_epochs, rate: float) -> float:
 class Scrub(UnlearningMethod):
     paper = "Kurmanji et al., NeurIPS'23 'Towards unbounded machine unlearning' (SCRUB)"
     needs = frozenset({"forget", "retain", "original"})
+    distributed = True  # one data part per step: runs data-parallel under torchrun
     # "small" (class 3, small_cnn, 3 epochs, msteps 2; val forget / val retain acc, original 100/99.2
     # digits, 100/96.4 mnist5k). digits, seeds 0-2, forget/retain batch 64/64: lr 5e-4 6.7/99.2,
     # 1e-3 0/98.7, 2e-3 0/99.0, 5e-3 0/60 (collapse), 1e-2 0/11.5; lr 5e-4 with the reference
@@ -83,14 +84,14 @@ class Scrub(UnlearningMethod):
                         with torch.no_grad():
                             teacher = original(x)
                         loss = -kl_with_temperature(model(x), teacher, self.kd_T)
-                        check_finite(loss, self.name, step)
+                        value = check_finite(loss, self.name, step)
                         opt.zero_grad(set_to_none=True)
                         loss.backward()
                         opt.step()
-                        kl_f -= loss.item()
+                        kl_f -= value
                         max_steps += 1
                         step += 1
-                        pb.update(1, forget_kl=-loss.item())
+                        pb.update(1, forget_kl=-value)
                 tot_r = 0.0
                 for x, y in batches(data.retain, self.retain_batch_size, gen, device, aug):
                     with torch.no_grad():
@@ -98,13 +99,13 @@ class Scrub(UnlearningMethod):
                     out = model(x)
                     loss = (self.gamma * F.cross_entropy(out, y)
                             + self.alpha * kl_with_temperature(out, teacher, self.kd_T))
-                    check_finite(loss, self.name, step)
+                    value = check_finite(loss, self.name, step)
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
                     opt.step()
-                    tot_r += loss.item()
+                    tot_r += value
                     step += 1
-                    pb.update(1, retain_loss=loss.item())
+                    pb.update(1, retain_loss=value)
                 history.append({"epoch": epoch, "lr": lr, "max_steps": max_steps,
                                 "forget_kl": kl_f / max(1, max_steps), "retain_loss": tot_r / max(1, nr)})
         return UnlearnResult(model, 0.0, "completed", history)

@@ -87,6 +87,7 @@ class SelectiveSynapticDampening(UnlearningMethod):
     paper = ("Foster et al., Fast Machine Unlearning Without Retraining Through Selective Synaptic "
              "Dampening, AAAI 2024 (if-loops/selective-synaptic-dampening src/ssd.py)")
     needs = frozenset({"forget", "retain"})
+    not_distributed = "it is closed-form: full-pass Fisher importances, then one dampening of the weights"
     # small: alpha tuned on the VAL split, class 3, small_cnn, seed 0 (lambda = 1 as the reference);
     # val forget / retain accuracy after SSD (original: 100 / 100 on digits, 100 / 96.4 on mnist5k):
     #   mnist5k alpha 10: 100 / 96.4;  5: 97.5 / 96.7;  4: 0.0 / 96.9;  3: 0.0 / 97.5;  2.75: 0 / 96.1;

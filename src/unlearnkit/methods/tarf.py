@@ -132,6 +132,7 @@ class Tarf(UnlearningMethod):
     paper = ("Zhu et al., ICLR'26 'Decoupling the Class Label and the Target Concept in Machine "
              "Unlearning' (TARF, Eq. 3; hyperparameters INFERRED, no code available)")
     needs = frozenset({"forget", "retain"})
+    not_distributed = "it pairs two data streams per step and selects samples by full passes over the data"
     # small (small_cnn, class 3, validation split, seeds 0/1; val forget / val retain accuracy, original
     # 100 / 99.2 on digits, 100 / 96.4 on mnist5k; retrain's val forget accuracy is 0):
     #   all-matched, beta_rule="none": digits 0.0 / 99.2 (both seeds), mnist5k 0.0 / 96.1

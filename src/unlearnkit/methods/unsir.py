@@ -79,6 +79,8 @@ class UNSIR(UnlearningMethod):
     paper = ("Tarun et al., Fast Yet Effective Machine Unlearning, IEEE TNNLS 2023 "
              "(vikram2000b/Fast-Machine-Unlearning notebook)")
     needs = frozenset({"forget", "retain"})
+    not_distributed = ("it learns error-maximising noise tensors per class with their own optimizer before "
+                       "impairing and repairing")
     # small: tuned on the VAL split, class 3, small_cnn, seed 0 (val forget / val retain accuracy;
     # original 100 / 100 on digits, 100 / 96.4 on mnist5k). The reference's Adam lrs (0.02 / 0.01) wreck
     # the small CNN on ~1,200 retain samples (digits 0 / 17.2; bn frozen 0 / 10.9); digits:

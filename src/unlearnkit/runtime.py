@@ -1,0 +1,122 @@
+"""The GPU fast path: how a training runs, not what it computes (CLI flags ``--amp``, ``--channels-last``,
+``--compile``, ``--deterministic``, ``--data-on-device``).
+
+``Runtime()`` (every default) is today's path, bit for bit: float32, contiguous tensors, no
+compilation; on a GPU it additionally turns on ``cudnn.benchmark`` and keeps a dataset that fits
+in GPU memory there (images gathered by indexing, no DataLoader workers), otherwise batches go
+through pinned memory (``ArrayData.batches``). Options:
+
+- ``amp="bf16"``: forward and loss under ``torch.autocast(dtype=bfloat16)`` (CPU and GPU; no
+  loss scaling is needed for bf16). It changes the numbers, so it is part of the cache key of
+  reference models (``cache_key``); the other options only reorder floating-point work, like
+  another GPU would, and are not.
+- ``channels_last``: model and 4-D inputs in NHWC memory format (tensor cores); the model is
+  returned to the contiguous format afterwards.
+- ``compile``: ``torch.compile`` of the training forward pass (``fit`` only).
+- ``deterministic``: ``torch.use_deterministic_algorithms(True)``, cuDNN deterministic and not
+  benchmarking, ``CUBLAS_WORKSPACE_CONFIG=:4096:8``: reproducible GPU runs, slower.
+- ``data_on_device``: ``auto`` (if the images take under half of the free GPU memory), ``always``
+  or ``never``.
+
+Global backend flags are restored when the block ends.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import asdict, dataclass
+from typing import Callable, Iterator
+
+import torch
+from torch import Tensor, nn
+
+from .data.arrays import ArrayData
+from .errors import UserError
+
+AMP = ("off", "bf16")
+DATA_ON_DEVICE = ("auto", "always", "never")
+
+
+@dataclass(frozen=True)
+class Runtime:
+    amp: str = "off"
+    channels_last: bool = False
+    compile: bool = False
+    deterministic: bool = False
+    data_on_device: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.amp not in AMP:
+            raise UserError(f"amp must be one of {', '.join(AMP)}, not {self.amp!r}")
+        if self.data_on_device not in DATA_ON_DEVICE:
+            raise UserError(f"data_on_device must be one of {', '.join(DATA_ON_DEVICE)}, not {self.data_on_device!r}")
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "Runtime":
+        known = set(asdict(cls()))
+        bad = sorted(set(d or {}) - known)
+        if bad:
+            raise UserError(f"unknown runtime option(s) {bad}; known: {sorted(known)}")
+        return cls(**(d or {}))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def cache_key(self) -> dict:
+        """What of this runtime changes the trained numbers (empty for the default)."""
+        return {"amp": self.amp} if self.amp != "off" else {}
+
+    def autocast(self, device: torch.device):
+        if self.amp == "off":
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+
+    def input(self, x: Tensor) -> Tensor:
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last and x.dim() == 4 else x
+
+    @contextlib.contextmanager
+    def backend(self, device: torch.device) -> Iterator[None]:
+        """cuDNN benchmark (GPU, unless deterministic) and the deterministic switch, restored afterwards."""
+        saved = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark,
+                 torch.backends.cudnn.deterministic)
+        try:
+            if self.deterministic:
+                os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+                torch.use_deterministic_algorithms(True)
+                torch.backends.cudnn.deterministic = True
+                torch.backends.cudnn.benchmark = False
+            elif device.type == "cuda":
+                torch.backends.cudnn.benchmark = True
+            yield
+        finally:
+            torch.use_deterministic_algorithms(saved[0])
+            torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = saved[1], saved[2]
+
+    @contextlib.contextmanager
+    def model(self, model: nn.Module) -> Iterator[Callable[[Tensor], Tensor]]:
+        """The forward function to train with (``torch.compile``-d when asked: lazily, on its first
+        call); the model is channels_last for the block."""
+        if self.channels_last:
+            model.to(memory_format=torch.channels_last)
+        try:
+            yield torch.compile(model) if self.compile else model
+        finally:
+            if self.channels_last:
+                model.to(memory_format=torch.contiguous_format)
+
+    def place(self, parts: list[ArrayData | None], device: torch.device) -> list[ArrayData | None]:
+        """The images of ``parts`` moved to the GPU once when they fit (labels stay on the CPU)."""
+        if device.type != "cuda" or self.data_on_device == "never":
+            return parts
+        todo = [p for p in parts if p is not None and p.x.device.type == "cpu"]
+        need = sum(p.x.numel() * p.x.element_size() for p in todo)
+        if self.data_on_device == "auto":
+            free, _ = torch.cuda.mem_get_info(device)
+            if need > free // 2:
+                return parts
+        moved = {id(p): _with_x(p, p.x.to(device, non_blocking=True)) for p in todo}
+        return [None if p is None else moved.get(id(p), p) for p in parts]
+
+
+def _with_x(data: ArrayData, x: Tensor) -> ArrayData:
+    return ArrayData(x, data.y, data.mean, data.std, data.index, dict(data.aux))

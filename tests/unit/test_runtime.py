@@ -1,0 +1,80 @@
+"""The GPU fast-path options, on the CPU: bf16 autocast, channels_last, deterministic, cache keys."""
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from unlearnkit import create_model
+from unlearnkit.cli import app
+from unlearnkit.loop import Recipe, fit
+from unlearnkit.methods import METHODS
+from unlearnkit.runtime import Runtime
+from unlearnkit.training import reference_key
+
+RECIPE = Recipe(lr=0.05, epochs=1, batch_size=64)
+
+
+def _fit(digits, runtime=None, hook=None):
+    """One epoch on 640 training digits (10 steps)."""
+    torch.manual_seed(0)
+    m = create_model("small_cnn", 10, 1, 8)
+    if hook is not None:
+        m.block1[0].register_forward_hook(hook)
+    data = digits.train.subset(torch.arange(640))
+    state = fit(m, data, RECIPE, digits.augment, seed=0, progress=False, runtime=runtime)
+    return m, state.history[-1]
+
+
+def test_default_runtime_changes_no_cache_key(digits_split):
+    args = ("original", digits_split, "small_cnn", {}, RECIPE, 0)
+    assert Runtime().cache_key() == {} and reference_key(*args) == reference_key(*args, Runtime(channels_last=True))
+    assert reference_key(*args, Runtime(amp="bf16")) == {**reference_key(*args), "amp": "bf16"}
+
+
+def test_bf16_autocast_trains_in_bf16_on_cpu(digits):
+    dtypes = []
+    _, plain = _fit(digits)
+    _, amp = _fit(digits, Runtime(amp="bf16"), hook=lambda mod, inp, out: dtypes.append(out.dtype))
+    assert set(dtypes) == {torch.bfloat16}
+    assert amp["loss"] != plain["loss"] and abs(amp["loss"] - plain["loss"]) < 0.1 * plain["loss"]
+    assert amp["acc"] > 20  # it learns (chance is 10 %)
+
+
+def test_channels_last_gives_the_same_model_and_gives_it_back_contiguous(digits):
+    formats = []
+    plain, h0 = _fit(digits)
+    nhwc, h1 = _fit(digits, Runtime(channels_last=True),
+                    hook=lambda mod, inp, out: formats.append(out.is_contiguous(memory_format=torch.channels_last)))
+    assert all(formats) and formats
+    assert all(p.is_contiguous() for p in nhwc.parameters())
+    for a, b in zip(plain.state_dict().values(), nhwc.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert h0["acc"] == pytest.approx(h1["acc"], abs=0.2)
+
+
+def test_deterministic_switch_is_restored_and_changes_nothing_on_cpu(digits):
+    plain, _ = _fit(digits)
+    det, _ = _fit(digits, Runtime(deterministic=True))
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(), det.state_dict().values()))
+
+
+def test_a_method_runs_with_the_fast_path_options_on_cpu(digits_split, digits_original):
+    ft = METHODS.get("finetune")(lr=0.01, epochs=1, batch_size=256)
+    base = ft.unlearn(digits_original, digits_split)
+    fast = ft.unlearn(digits_original, digits_split, runtime=Runtime(amp="bf16", channels_last=True))
+    assert all(p.is_contiguous() for p in fast.model.parameters())
+    assert abs(fast.history[0]["retain_loss"] - base.history[0]["retain_loss"]) < 0.05
+
+
+def test_bad_runtime_options_are_one_line(tmp_path):
+    r = CliRunner().invoke(app, ["train", "--dataset", "digits", "--out", str(tmp_path / "m.pt"), "--amp", "fp8"])
+    assert r.exit_code == 2 and r.output.strip() == "error: amp must be one of off, bf16, not 'fp8'"
+    with pytest.raises(Exception, match="unknown runtime option"):
+        Runtime.from_dict({"fp16": True})
+
+
+@pytest.mark.slow
+def test_compiled_forward_trains_like_eager(digits):
+    plain, h0 = _fit(digits)
+    comp, h1 = _fit(digits, Runtime(compile=True))
+    assert h1["loss"] == pytest.approx(h0["loss"], rel=1e-3)
