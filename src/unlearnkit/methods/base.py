@@ -63,6 +63,8 @@ class UnlearningMethod:
     changes_head: ClassVar[bool] = False
     #: True when the method re-initialises the model (retrain): a broken input model is no error then
     starts_from_scratch: ClassVar[bool] = False
+    #: True when the method only works on a vertical federated model (``--setting vfl``), e.g. target
+    requires_vfl: ClassVar[bool] = False
 
     def params(self) -> dict:
         """Hyperparameters as plain values; ``type(m)(**m.params())`` rebuilds an equal method."""
