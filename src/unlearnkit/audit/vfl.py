@@ -42,9 +42,9 @@ def transmitted_diagnostics(model: nn.Module, results: dict[str, list[LayerResul
                    f"{worst.separability_ratio.value:.2f}x retrain's")
     else:
         e = rows.get("embedding") or rows[names[-1]]
-        summary = (f"the transmitted embeddings are within tolerance of retrain ({e.layer}: LPR {e.lpr:.1f}% vs "
-                   f"retrain's {e.lpr_retrained:.1f}%, separability {e.separability_ratio.value:.2f}x retrain's)"
-                   if e.probed else "the transmitted embeddings could not be probed (too few samples)")
+        summary = (f"no transmitted embedding separates {what} beyond retrain's tolerance ({e.layer}: LPR "
+                   f"{e.lpr:.1f}% vs retrain's {e.lpr_retrained:.1f}%, separability {e.separability_ratio.value:.2f}x "
+                   f"retrain's)" if e.probed else "the transmitted embeddings could not be probed (too few samples)")
     return {"layers": names, "data": rests_on, "flagged": flagged, "summary": summary,
             "per_layer": {n: layer_dict(rows[n]) for n in names}}
 

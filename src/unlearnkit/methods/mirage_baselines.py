@@ -62,7 +62,7 @@ class FinetuneMirage(Finetune):
     weight_decay: float = 0.0
 
 
-@register_method("boundary_mirage", "BU_mirage")
+@register_method("boundary_mirage", "BU")
 @dataclass
 class BoundaryMirage(UnlearningMethod):
     """Mirage's "BU" (``mirage_lib.py::boundary_unlearn``, reference-specs §3.8): on D_f batches, the
@@ -113,11 +113,11 @@ def nearest_other_label(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return p.argmax(1)
 
 
-@register_method("ssd_mirage", "SSD_mirage")
+@register_method("ssd_mirage")
 @dataclass
 class SSDMirage(_MirageVariant, SelectiveSynapticDampening):
     original = "ssd"
-    paper = ("Mirage's SSD baseline (YuZhenyuLindy/Mirage mirage_lib.py::ssd_unlearn): sum |grad| over D_f "
+    paper = ("Mirage's SSD baseline (YuZhenyuLindy/Mirage mirage_lib.py::ssd_unlearn): sum of abs(grad) over D_f "
              "and D_r, imp_f/imp_r > 1 scaled by 0.9 (not Foster et al.'s rule)")
     reduces_forget_acc = False  # Mirage reports it keeps the forgotten class (y_u 88 % on CIFAR-10)
     PRESETS = PLAIN
@@ -125,7 +125,7 @@ class SSDMirage(_MirageVariant, SelectiveSynapticDampening):
     variant: str = "mirage"
 
 
-@register_method("fisher_mirage", "Fisher_mirage")
+@register_method("fisher_mirage")
 @dataclass
 class FisherMirage(_MirageVariant, FisherForgetting):
     original = "fisher_forgetting"
@@ -136,7 +136,7 @@ class FisherMirage(_MirageVariant, FisherForgetting):
     variant: str = "mirage"
 
 
-@register_method("amnesiac_mirage", "Amnesiac_mirage")
+@register_method("amnesiac_mirage")
 @dataclass
 class AmnesiacMirage(_MirageVariant, Amnesiac):
     original = "amnesiac"
@@ -150,7 +150,7 @@ class AmnesiacMirage(_MirageVariant, Amnesiac):
     batch_size: int = 128
 
 
-@register_method("unsir_mirage", "UNSIR_mirage")
+@register_method("unsir_mirage")
 @dataclass
 class UNSIRMirage(_MirageVariant, UNSIR):
     original = "unsir"
