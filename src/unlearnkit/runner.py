@@ -132,7 +132,7 @@ def run_experiment(cfg: RunConfig, progress: bool = True) -> dict:
         default_recipe(bundle.name, model_name)
     preset = preset_for(bundle.name, cfg.model) if cfg.preset == "auto" else cfg.preset
     out = Path(cfg.out)
-    shown = f"vfl ({cfg.parties} parties, bottom {cfg.model})" if cfg.setting == "vfl" else cfg.model
+    shown = model_label({"setting": cfg.setting, "parties": cfg.parties, "model": cfg.model})
     console.print(f"[bold]{bundle.name}[/] {len(bundle.train)} train / {len(bundle.test)} test, forget "
                   f"{split.spec.describe()}: {len(split.train_forget)} train samples; model {shown}; "
                   f"device {device}")
@@ -272,12 +272,15 @@ def describe_forget(f: dict) -> str:
     return f"{f['kind']} {f['classes'] or f['random'] or f['indices_file']}"
 
 
+def model_label(t: dict) -> str:
+    """The model as a title shows it: ``vfl (K parties, bottom B)`` in the VFL setting."""
+    return f"vfl ({t['parties']} parties, bottom {t['model']})" if t.get("setting") == "vfl" else t["model"]
+
+
 def results_markdown(results: dict) -> str:
     t = results["task"]
     header, rows = table_rows(results)
-    model = (f"vfl ({t['parties']} parties, bottom {t['model']})" if t.get("setting") == "vfl"
-             else t["model"])
-    lines = [f"# unlearnkit run: {t['dataset']} / {model}, forget {describe_forget(t['forget'])}", "",
+    lines = [f"# unlearnkit run: {t['dataset']} / {model_label(t)}, forget {describe_forget(t['forget'])}", "",
              f"split {t['split_hash']}: {t['n_train_forget']} forget / {t['n_train_retain']} retain train samples, "
              f"test convention `{t['test_convention']}`; accuracies and MIA-efficacy in %, MIA AUC in [0,1] "
              f"(0.5 ideal), Gap = mean |diff| to retrain over forget/retain/test acc and MIA-efficacy.", "",
@@ -296,7 +299,7 @@ def print_table(results: dict) -> None:
     from rich.table import Table
 
     header, rows = table_rows(results)
-    table = Table(title=f"{results['task']['dataset']} / {results['task']['model']}: forget "
+    table = Table(title=f"{results['task']['dataset']} / {model_label(results['task'])}: forget "
                         f"{describe_forget(results['task']['forget'])}")
     for i, h in enumerate(header):
         table.add_column(h, justify="left" if i == 0 or h == "verdict" else "right")
