@@ -41,3 +41,24 @@ def digits_original(digits_split, cache_dir):
 
     return reference_model("original", digits_split, "small_cnn", default_recipe("digits", "small_cnn"),
                            seed=0, cache_dir=cache_dir, progress=False).model
+
+
+VFL_TEST_MODEL = {"parties": 2, "bottom": "mirage_bottom", "bottom_kwargs": {"width": 16}}
+
+
+@pytest.fixture(scope="session")
+def digits_vfl_original(digits_split, cache_dir):
+    """A 2-party VFL model (Mirage's bottom at width 16 + its MLP top) trained on digits (about 5 s)."""
+    from unlearnkit.training import default_recipe, reference_model
+
+    return reference_model("original", digits_split, "vfl", default_recipe("digits", "vfl"), seed=0,
+                           model_kwargs=VFL_TEST_MODEL, cache_dir=cache_dir, progress=False).model
+
+
+@pytest.fixture(scope="session")
+def digits_vfl_retrain(digits_split, cache_dir):
+    """The same VFL model retrained without class 3."""
+    from unlearnkit.training import default_recipe, reference_model
+
+    return reference_model("retrain", digits_split, "vfl", default_recipe("digits", "vfl"), seed=0,
+                           model_kwargs=VFL_TEST_MODEL, cache_dir=cache_dir, progress=False).model

@@ -111,7 +111,10 @@ def _spec_options(forget_classes, forget_random, forget_indices) -> dict:
 @handles_errors
 def train(
     dataset: str = typer.Option(..., help="dataset name (unlearnkit list datasets)"),
-    model: str = typer.Option("small_cnn", help="model name (unlearnkit list models)"),
+    model: Optional[str] = typer.Option(None, help="model name (unlearnkit list models) [small_cnn]; "
+                                        "with --setting vfl the bottom [mirage_bottom, mlp for flat data]"),
+    setting: str = typer.Option("standard", help="standard | vfl (Mirage's vertical federated setting)"),
+    parties: int = typer.Option(2, help="VFL passive parties (with --setting vfl)"),
     out: Path = typer.Option(..., help="checkpoint file to write (.pt)"),
     seed: int = typer.Option(0, help="training seed"),
     data_seed: int = typer.Option(0, help="seed of the train/val/test split and of a random forget set"),
@@ -139,8 +142,10 @@ def train(
     import shutil
 
     from . import distributed
+    from .config import RunConfig
     from .data.datasets import load_dataset
     from .data.splits import ForgetSpec, make_split
+    from .runner import resolve_model
     from .runtime import Runtime
     from .training import default_recipe, reference_model, resolve_device, with_overrides
 
@@ -155,10 +160,11 @@ def train(
     else:
         spec = ForgetSpec(classes=(0,))  # the original ignores the forget set
     split = make_split(bundle, spec, seed=data_seed)
-    recipe = with_overrides(default_recipe(bundle.name, model), epochs=epochs, lr=lr, batch_size=batch_size)
+    _, name, kwargs = resolve_model(RunConfig(dataset=dataset, model=model, setting=setting, parties=parties), bundle)
+    recipe = with_overrides(default_recipe(bundle.name, name), epochs=epochs, lr=lr, batch_size=batch_size)
     rt = Runtime.from_dict(_runtime_options(amp, channels_last, compile_, deterministic, data_on_device))
     with distributed.process_group(dev) as world:
-        ref = reference_model("retrain" if retrain else "original", split, model, recipe, seed, None, cache_dir, dev,
+        ref = reference_model("retrain" if retrain else "original", split, name, recipe, seed, kwargs, cache_dir, dev,
                               runtime=rt)
         if not world.is_main:
             return
@@ -175,7 +181,11 @@ def train(
 def run(
     config: Optional[Path] = typer.Option(None, help="YAML file with the same keys as these options"),
     dataset: Optional[str] = typer.Option(None, help="dataset name [mnist5k]"),
-    model: Optional[str] = typer.Option(None, help="model name [small_cnn]"),
+    model: Optional[str] = typer.Option(None, help="model name [small_cnn]; with --setting vfl the bottom "
+                                        "[mirage_bottom, mlp for flat data]"),
+    setting: Optional[str] = typer.Option(None, help="standard | vfl (Mirage's vertical federated setting) "
+                                          "[standard]"),
+    parties: Optional[int] = typer.Option(None, help="VFL passive parties, with --setting vfl [2]"),
     forget_classes: Optional[str] = typer.Option(None, help="classes to forget, e.g. 3 or 3,8"),
     forget_random: Optional[float] = typer.Option(None, help="random forget set: fraction (0,1) or count"),
     forget_indices: Optional[Path] = typer.Option(None, help="file of training indices to forget"),
@@ -213,7 +223,7 @@ def run(
     from .runner import print_table, run_experiment
     from .training import resolve_device
 
-    overrides = {"dataset": dataset, "model": model, "methods": methods, "task": task, "concept": concept, "seed": seed, "data_seed": data_seed,
+    overrides = {"dataset": dataset, "model": model, "setting": setting, "parties": parties, "methods": methods, "task": task, "concept": concept, "seed": seed, "data_seed": data_seed,
                  "preset": preset, "test_convention": test_convention, "out": str(out) if out else None,
                  "data_dir": str(data_dir) if data_dir else None, "download": download or None,
                  "device": device, "cache_dir": str(cache_dir) if cache_dir else None,

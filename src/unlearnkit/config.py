@@ -3,6 +3,8 @@
 Keys (YAML and ``unlearnkit run`` flags take the same names, dashes or underscores)::
 
     dataset: mnist5k            model: small_cnn         model_kwargs: {width: 32}
+    setting: standard           # standard | vfl (Mirage's vertical federated setting: --parties K
+    parties: 2                  #   passive parties; model = the bottom, default mirage_bottom / mlp)
     forget_classes: [3]         # or forget_random: 0.1 | 100, or forget_indices: file.txt
     task: data_mismatch         # optional TARF concept task (one forget class), concept: [3, 8]
     methods: [finetune, gradient_ascent]                 # or "all"
@@ -29,12 +31,16 @@ import yaml
 
 from .errors import UserError
 
+SETTINGS = ("standard", "vfl")
+
 
 @dataclass
 class RunConfig:
     dataset: str = "mnist5k"
-    model: str = "small_cnn"
+    model: str | None = None    # standard: small_cnn; vfl: the bottom (None = mirage_bottom, mlp for flat data)
     model_kwargs: dict = field(default_factory=dict)
+    setting: str = "standard"   # standard | vfl
+    parties: int = 2            # VFL passive parties
     forget_classes: list[int] = field(default_factory=list)
     forget_random: float | None = None
     forget_indices: str | None = None
@@ -58,6 +64,14 @@ class RunConfig:
     runtime: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.setting not in SETTINGS:
+            raise UserError(f"setting must be standard or vfl, not {self.setting!r}")
+        if isinstance(self.parties, bool) or not isinstance(self.parties, int) or self.parties < 1:
+            raise UserError(f"parties must be an integer >= 1, not {self.parties!r}")
+        if self.parties != 2 and self.setting != "vfl":
+            raise UserError("--parties needs --setting vfl")
+        if self.model is None and self.setting == "standard":
+            self.model = "small_cnn"
         if isinstance(self.methods, str):
             self.methods = [m.strip() for m in self.methods.split(",") if m.strip()]
         if isinstance(self.forget_classes, (int, str)):

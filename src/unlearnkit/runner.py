@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 import subprocess
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -27,6 +28,9 @@ from .errors import CheckpointError, UserError
 from .evaluation import model_outputs, output_metrics
 from .methods import METHODS, preset_for
 from .metrics.summary import gap, h_mean
+from .data.vfl import is_flat
+from .mirage_table import mirage_table_markdown
+from .models.vfl import default_bottom, transmitted_layers
 from .models.zoo import audit_layers
 from .progress import console
 from .runtime import Runtime
@@ -67,12 +71,15 @@ def task_params(name: str, split, given: dict) -> dict:
     return {**given, "beta_rule": "none"}
 
 
-def method_names(names: list[str]) -> list[str]:
+def method_names(names: list[str], setting: str = "standard") -> list[str]:
+    """Canonical method names; ``all`` leaves out VFL-only methods (target) outside ``--setting vfl``."""
     if [n.lower() for n in names] == ["all"]:
-        return [n for n in METHODS.names()]
+        return [n for n in METHODS.names() if setting == "vfl" or not METHODS.get(n).requires_vfl]
     out = []
     for n in names:
         c = METHODS.canonical(n)
+        if METHODS.get(c).requires_vfl and setting != "vfl":
+            raise UserError(f"{c} unlearns vertical federated models only: add --setting vfl")
         if c not in out:
             out.append(c)
     return out
@@ -116,13 +123,29 @@ def audit_settings(cfg: RunConfig):
         raise UserError(f"unknown audit_config key(s) {bad}; known: {', '.join(AuditConfig.field_names())}") from None
 
 
+def resolve_model(cfg: RunConfig, bundle) -> tuple[RunConfig, str, dict]:
+    """``(cfg, model_name, model_kwargs)`` to build: the model itself, or in the VFL setting a
+    ``vfl`` model whose bottom is ``cfg.model`` (default by data); ``cfg.model`` is filled in."""
+    flat = is_flat(bundle.in_channels, bundle.image_size)
+    if cfg.setting == "vfl":
+        bottom = cfg.model or default_bottom(bundle.in_channels, bundle.image_size)
+        kwargs = {"parties": cfg.parties, "bottom": bottom}
+        if cfg.model_kwargs:
+            kwargs["bottom_kwargs"] = dict(cfg.model_kwargs)
+        return replace(cfg, model=bottom), "vfl", kwargs
+    if flat and cfg.model != "mlp":
+        raise UserError(f"{bundle.name} holds flat features ({bundle.in_channels} per sample), which "
+                        f"{cfg.model} cannot read: use --model mlp (or --setting vfl)")
+    return cfg, cfg.model, dict(cfg.model_kwargs)
+
+
 def run_experiment(cfg: RunConfig, progress: bool = True, audit_original: bool = True) -> dict:
     """Run one configuration end to end; returns the results dict also written to ``cfg.out``.
 
     ``audit_original=False`` skips the audit of the original model (``unlearnkit bench`` audits it
     once per group of cells that share it, in the group's reference cell).
     """
-    names = method_names(cfg.methods)  # unknown names fail before any work
+    names = method_names(cfg.methods, cfg.setting)  # unknown names fail before any work
     audit_config = audit_settings(cfg) if cfg.audit else None
     for name in names:
         METHODS.get(name).check_distributed()  # under torchrun: before any work
@@ -131,16 +154,17 @@ def run_experiment(cfg: RunConfig, progress: bool = True, audit_original: bool =
     device = resolve_device(cfg.device)
     bundle = load_dataset(cfg.dataset, cfg.data_dir, cfg.download, cfg.data_seed)
     split = build_split(cfg, bundle)
-    recipe = with_overrides(default_recipe(bundle.name, cfg.model), **cfg.recipe) if cfg.recipe else \
-        default_recipe(bundle.name, cfg.model)
+    cfg, model_name, model_kwargs = resolve_model(cfg, bundle)
+    recipe = with_overrides(default_recipe(bundle.name, model_name), **cfg.recipe) if cfg.recipe else \
+        default_recipe(bundle.name, model_name)
     preset = preset_for(bundle.name, cfg.model) if cfg.preset == "auto" else cfg.preset
     out = Path(cfg.out)
     say = console.print if main else (lambda *a, **k: None)
+    shown = model_label({"setting": cfg.setting, "parties": cfg.parties, "model": cfg.model})
     say(f"[bold]{bundle.name}[/] {len(bundle.train)} train / {len(bundle.test)} test, forget "
-                  f"{split.spec.describe()}: {len(split.train_forget)} train samples; model {cfg.model}; "
-                  f"device {device}")
+        f"{split.spec.describe()}: {len(split.train_forget)} train samples; model {shown}; device {device}")
 
-    common = dict(split=split, model_name=cfg.model, recipe=recipe, seed=cfg.seed, model_kwargs=cfg.model_kwargs,
+    common = dict(split=split, model_name=model_name, recipe=recipe, seed=cfg.seed, model_kwargs=model_kwargs,
                   cache_dir=cfg.cache_dir, device=device, progress=progress, runtime=rt)
     original = reference_model("original", **common)
     retrain = reference_model("retrain", **common)
@@ -181,6 +205,8 @@ def run_experiment(cfg: RunConfig, progress: bool = True, audit_original: bool =
         write_audit(rep, out / "audits" / name)
         models[name]["audit"] = rep.to_dict()
         console.print(f"  audit {name}: [bold]{rep.verdict}[/] ({rep.timing['total_s']:.1f}s)")
+        if rep.transmitted:
+            console.print(f"  transmitted embeddings: {rep.transmitted['summary']}")
 
     if audit_original:
         run_audit("original", original.model, out_o)
@@ -214,6 +240,7 @@ def run_experiment(cfg: RunConfig, progress: bool = True, audit_original: bool =
                        "recipe": recipe.to_dict(), "preset": preset,
                        "original_sha256": original.meta["sha256"], "retrain_sha256": retrain.meta["sha256"]},
         "task": {"dataset": bundle.name, "model": cfg.model, "num_classes": bundle.num_classes,
+                 "setting": cfg.setting, **vfl_task(original.model, cfg),
                  "forget": split.spec.to_dict(), "test_convention": cfg.test_convention, **split.summary()},
         "models": models,
     }
@@ -224,6 +251,13 @@ def run_experiment(cfg: RunConfig, progress: bool = True, audit_original: bool =
 def _method(name: str, preset: str, bundle, split, cfg: RunConfig):
     params = task_params(name, split, cfg.method_params.get(name, {}))
     return METHODS.get(name).from_preset(preset, bundle.name, **params)
+
+
+def vfl_task(model, cfg: RunConfig) -> dict:
+    """The VFL setting's task keys: parties, bottom, and the taps the passive parties transmit."""
+    if cfg.setting != "vfl":
+        return {}
+    return {"parties": cfg.parties, "bottom": cfg.model, "transmitted": transmitted_layers(model)}
 
 
 def _run_method(method, original, split, cfg: RunConfig, device, out: Path, progress: bool,
@@ -289,10 +323,15 @@ def describe_forget(f: dict) -> str:
     return f"{f['kind']} {f['classes'] or f['random'] or f['indices_file']}"
 
 
+def model_label(t: dict) -> str:
+    """The model as a title shows it: ``vfl (K parties, bottom B)`` in the VFL setting."""
+    return f"vfl ({t['parties']} parties, bottom {t['model']})" if t.get("setting") == "vfl" else t["model"]
+
+
 def results_markdown(results: dict) -> str:
     t = results["task"]
     header, rows = table_rows(results)
-    lines = [f"# unlearnkit run: {t['dataset']} / {t['model']}, forget {describe_forget(t['forget'])}", "",
+    lines = [f"# unlearnkit run: {t['dataset']} / {model_label(t)}, forget {describe_forget(t['forget'])}", "",
              f"split {t['split_hash']}: {t['n_train_forget']} forget / {t['n_train_retain']} retain train samples, "
              f"test convention `{t['test_convention']}`; accuracies and MIA-efficacy in %, MIA AUC in [0,1] "
              f"(0.5 ideal), Gap = mean |diff| to retrain over forget/retain/test acc and MIA-efficacy.", "",
@@ -304,14 +343,14 @@ def results_markdown(results: dict) -> str:
 def write_results(results: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "results.json", json.dumps(results, indent=2, allow_nan=False) + "\n")
-    atomic_write_text(out / "results.md", results_markdown(results))
+    atomic_write_text(out / "results.md", results_markdown(results) + mirage_table_markdown(results))
 
 
 def print_table(results: dict) -> None:
     from rich.table import Table
 
     header, rows = table_rows(results)
-    table = Table(title=f"{results['task']['dataset']} / {results['task']['model']}: forget "
+    table = Table(title=f"{results['task']['dataset']} / {model_label(results['task'])}: forget "
                         f"{describe_forget(results['task']['forget'])}")
     for i, h in enumerate(header):
         table.add_column(h, justify="left" if i == 0 or h == "verdict" else "right")

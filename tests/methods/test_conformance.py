@@ -1,5 +1,7 @@
 """Conformance suite: the same behavioural checks on every registered method (like sklearn's
-check_estimator), on the bundled digits data and the small CNN."""
+check_estimator), on the bundled digits data and the small CNN -- except for methods that only work
+on vertical federated models (``requires_vfl``: target), which get the digits VFL model (2 parties,
+Mirage's bottom at width 16) instead, and are checked to refuse the small CNN."""
 from __future__ import annotations
 
 import copy
@@ -13,7 +15,9 @@ import torch
 from unlearnkit import ForgetSpec, make_split
 from unlearnkit.errors import NonFiniteLossError
 from unlearnkit.evaluation import evaluate
+from unlearnkit.errors import UserError
 from unlearnkit.methods import METHODS
+from unlearnkit.models.zoo import head_of
 
 ALL = METHODS.names()
 
@@ -32,6 +36,11 @@ def fast(cls, **extra):
     return cls.from_preset("small", **kw)
 
 
+def model_for(cls, request):
+    """The digits model a method is checked on: the VFL model for VFL-only methods, else the small CNN."""
+    return request.getfixturevalue("digits_vfl_original" if cls.requires_vfl else "digits_original")
+
+
 def state(model):
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
@@ -41,8 +50,9 @@ def no_hooks(model):
 
 
 @pytest.mark.parametrize("name", ALL)
-def test_does_not_mutate_and_keeps_shapes(name, digits_split, digits_original):
+def test_does_not_mutate_and_keeps_shapes(name, digits_split, request):
     cls = METHODS.get(name)
+    digits_original = model_for(cls, request)
     before = state(digits_original)
     xf = digits_split.train_forget.x.clone()
     res = fast(cls).unlearn(digits_original, digits_split, original=digits_original, seed=0)
@@ -58,8 +68,9 @@ def test_does_not_mutate_and_keeps_shapes(name, digits_split, digits_original):
 
 
 @pytest.mark.parametrize("name", ALL)
-def test_same_seed_same_weights(name, digits_split, digits_original):
+def test_same_seed_same_weights(name, digits_split, request):
     m = fast(METHODS.get(name))
+    digits_original = model_for(type(m), request)
     a = m.unlearn(digits_original, digits_split, original=digits_original, seed=3).model.state_dict()
     b = m.unlearn(digits_original, digits_split, original=digits_original, seed=3).model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -78,7 +89,8 @@ def test_hyperparameters_round_trip(name):
 
 @pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("kind", ["one_sample", "random"])
-def test_small_and_random_forget_sets(name, kind, digits, digits_original, tmp_path):
+def test_small_and_random_forget_sets(name, kind, digits, request, tmp_path):
+    digits_original = model_for(METHODS.get(name), request)
     if kind == "one_sample":
         f = tmp_path / "idx.txt"
         f.write_text("7\n")
@@ -91,20 +103,21 @@ def test_small_and_random_forget_sets(name, kind, digits, digits_original, tmp_p
 
 
 @pytest.mark.parametrize("name", ALL)
-def test_non_finite_stops_with_clear_error(name, digits_split, digits_original):
+def test_non_finite_stops_with_clear_error(name, digits_split, request):
     cls = METHODS.get(name)
     if cls.starts_from_scratch:
         pytest.skip(f"{name} re-initialises the model: a broken input model is not an error")
-    broken = copy.deepcopy(digits_original)
+    broken = copy.deepcopy(model_for(cls, request))
     with torch.no_grad():
-        broken.fc.weight[0, 0] = float("nan")
+        head_of(broken).weight[0, 0] = float("nan")
     with pytest.raises(NonFiniteLossError, match=re.escape(name)):
         fast(cls).unlearn(broken, digits_split, original=broken, seed=0)
 
 
 @pytest.mark.parametrize("name", ALL)
-def test_reduces_forget_accuracy_on_digits(name, digits_split, digits_original):
+def test_reduces_forget_accuracy_on_digits(name, digits_split, request):
     cls = METHODS.get(name)
+    digits_original = model_for(cls, request)
     if not cls.reduces_forget_acc:
         pytest.skip(f"{name} does not claim to lower forget accuracy by itself")
     before = evaluate(digits_original, digits_split)["forget_acc"]
@@ -112,6 +125,12 @@ def test_reduces_forget_accuracy_on_digits(name, digits_split, digits_original):
     res = cls.from_preset("small", "digits", **kw).unlearn(digits_original, digits_split, original=digits_original, seed=0)
     after = evaluate(res.model, digits_split)["forget_acc"]
     assert after < before - 20, f"{name}: forget accuracy {before:.1f} -> {after:.1f}"
+
+
+@pytest.mark.parametrize("name", [n for n in ALL if METHODS.get(n).requires_vfl])
+def test_vfl_only_methods_refuse_other_models(name, digits_split, digits_original):
+    with pytest.raises(UserError, match="--setting vfl"):
+        fast(METHODS.get(name)).unlearn(digits_original, digits_split, original=digits_original, seed=0)
 
 
 def test_dataset_preset_overrides_the_shared_one():

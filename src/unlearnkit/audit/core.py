@@ -28,6 +28,7 @@ from .memo import AuditCache
 from .report import AuditReport
 from .resurface import bn_recalibration_check, relearn_check
 from .verdict import decide
+from .vfl import transmitted_diagnostics
 
 ROLES = ("original", "unlearned", "retrained")
 OUTPUT_KEYS = ("forget_acc", "retain_acc", "test_acc", "test_forget_acc", "test_retain_acc", "test_acc_full",
@@ -216,7 +217,7 @@ def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: S
                 "retrained": {"outputs": metrics_r, "knn": knn_r, "n": len(refs),
                               "per_reference": metrics_refs, **representation["retrained"]}},
         resurfacing=resurfacing, idi=idi, config=config, sample_level=sample_level, penultimate=pen,
-        embedding=embedding,
+        embedding=embedding, transmitted=transmitted_diagnostics(unlearned, results, rests_on, sample_level),
         timing={"forward_s": t_forward, "output_metrics_s": t2 - t1, "layers_s": t3 - t2,
                 "knn_fid_s": t4 - t3, "resurfacing_s": t5 - t4, "idi_s": t6 - t5, "total_s": time.perf_counter() - t0},
         task={"forget": split.spec.to_dict(), "split_hash": split.split_hash, "dataset": split.dataset.name,

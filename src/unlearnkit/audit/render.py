@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..checkpoints import atomic_write_text
 from .report import AuditReport
+from .vfl import transmitted_html, transmitted_markdown
 
 EXPLAIN = [
     ("LPR", "balanced accuracy (%) of a linear probe telling forget from retained samples on this "
@@ -148,6 +149,7 @@ def audit_markdown(report: AuditReport) -> str:
         lines += ["", f"## Layers, {name} data{note}", "",
                   f"{ad['protocol']}: {ad['n_forget']} forget / {ad['n_retain']} retained samples.", ""]
         lines += _md_table(*layer_rows(ad))
+    lines += transmitted_markdown(d.get("transmitted"))
     lines += ["", "## Models", ""]
     lines += _md_table(*model_rows(d))
     if d["resurfacing"]:
@@ -294,6 +296,7 @@ def audit_html(report: AuditReport) -> str:
         parts.append(f"<h2>Layers, {html.escape(name)} data</h2><p>{html.escape(ad['protocol'])}: "
                      f"{ad['n_forget']} forget / {ad['n_retain']} retained samples.</p>")
         parts.append(_html_table(*layer_rows(ad)))
+    parts.append(transmitted_html(d.get("transmitted")))
     parts.append("<h2>Models</h2>" + _html_table(*model_rows(d)))
     parts.append(f"<img alt='PCA embedding' src='data:image/png;base64,{figs['embedding']}'>")
     if d["resurfacing"]:

@@ -85,6 +85,7 @@ class AuditReport:
     embedding: dict = field(default_factory=dict, repr=False)
     timing: dict = field(default_factory=dict)
     task: dict = field(default_factory=dict)
+    transmitted: dict = field(default_factory=dict)  # VFL models: audit/vfl.py
 
     def layer(self, name: str, data: str | None = None) -> LayerResult:
         for r in self.layers[data or self.rests_on]:
@@ -115,6 +116,7 @@ class AuditReport:
             "sample_level": self.sample_level,
             "penultimate_layer": self.penultimate,
             "task": self.task,
+            "transmitted": self.transmitted,
             "config": self.config.to_dict(),
             "timing": self.timing,
         })

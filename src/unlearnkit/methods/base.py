@@ -74,6 +74,8 @@ class UnlearningMethod:
     distributed: ClassVar[bool] = False
     #: why a method cannot run data-parallel (shown when it is started under torchrun)
     not_distributed: ClassVar[str] = "it has not been made data-parallel"
+    #: True when the method only works on a vertical federated model (``--setting vfl``), e.g. target
+    requires_vfl: ClassVar[bool] = False
 
     def params(self) -> dict:
         """Hyperparameters as plain values; ``type(m)(**m.params())`` rebuilds an equal method."""

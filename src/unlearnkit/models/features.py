@@ -25,9 +25,20 @@ def pool(t: Tensor, tap: Tap | None = None) -> Tensor:
     if t.dim() == 3:  # (B, tokens, C)
         return t.mean(1)
     if t.dim() == 4:
-        channels_last = tap is not None and tap.channels and t.shape[-1] == tap.channels and t.shape[1] != tap.channels
-        return t.mean((1, 2)) if channels_last else t.mean((2, 3))
+        return t.mean((1, 2)) if _channels_last(t, tap) else t.mean((2, 3))
     return t.flatten(2).mean(2)
+
+
+def _channels_last(t: Tensor, tap: Tap | None) -> bool:
+    return bool(tap is not None and tap.channels and t.shape[-1] == tap.channels and t.shape[1] != tap.channels)
+
+
+def _join_axis(t: Tensor, tap: Tap, pooled: bool) -> int:
+    """Where a multi-part tap's parts are concatenated: features of pooled vectors, tokens of
+    ``(B, T, C)`` outputs, the width of ``NCHW`` (``NHWC``) maps."""
+    if pooled or t.dim() <= 3:
+        return 1
+    return 2 if _channels_last(t, tap) else 3
 
 
 @contextmanager
@@ -36,28 +47,39 @@ def capture(model: nn.Module, layers: Sequence[str], pooled: bool = True, detach
     """Record the named layers' outputs (or inputs) on each forward; hooks removed even on error.
 
     ``detach=False`` keeps the graph (for losses on representations, e.g. PURGE's erasure term).
+    A tap with ``parts`` (a VFL model's layer-wise taps) is joined across its parts, see :class:`Tap`.
     """
     taps = taps_of(model)
     missing = [name for name in layers if name not in taps]
     if missing:
         raise KeyError(f"unknown layer(s) {missing}; this model has {list(taps)}")
     store: dict[str, Tensor] = {}
+    pending: dict[str, dict[int, Tensor]] = {}
     handles = []
 
-    def record(name: str, tap: Tap, value: Tensor) -> None:
+    def record(name: str, tap: Tap, value: Tensor, part: int | None = None) -> None:
         v = value.detach() if detach else value
-        store[name] = pool(v, tap) if pooled else v
+        v = pool(v, tap) if pooled else v
+        if part is None:
+            store[name] = v
+            return
+        got = pending.setdefault(name, {})
+        got[part] = v
+        if len(got) == len(tap.parts):  # the last party's part arrived: join them in party order
+            store[name] = torch.cat([got[i] for i in range(len(tap.parts))], dim=_join_axis(v, tap, pooled))
+            pending.pop(name)
 
     try:
         for name in layers:
             tap = taps[name]
-            mod = model.get_submodule(tap.module)
-            if tap.at == "input":
-                handles.append(mod.register_forward_pre_hook(
-                    lambda m, args, name=name, tap=tap: record(name, tap, args[0])))
-            else:
-                handles.append(mod.register_forward_hook(
-                    lambda m, args, out, name=name, tap=tap: record(name, tap, out)))
+            for part, module in enumerate(tap.parts) if tap.parts else [(None, tap.module)]:
+                mod = model.get_submodule(module)
+                if tap.at == "input":
+                    handles.append(mod.register_forward_pre_hook(
+                        lambda m, args, name=name, tap=tap, part=part: record(name, tap, args[0], part)))
+                else:
+                    handles.append(mod.register_forward_hook(
+                        lambda m, args, out, name=name, tap=tap, part=part: record(name, tap, out, part)))
         yield store
     finally:
         for h in handles:

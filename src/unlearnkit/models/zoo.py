@@ -21,11 +21,17 @@ from ..registry import Registry
 @dataclass(frozen=True)
 class Tap:
     """Where a named audit layer lives: a module's ``output`` (or ``input``), and its channel count
-    (used to find the channel axis of 4-D outputs, e.g. Swin's NHWC stages)."""
+    (used to find the channel axis of 4-D outputs, e.g. Swin's NHWC stages).
+
+    ``parts`` (VFL models, :mod:`unlearnkit.models.vfl`): the layer is read at every module named
+    there (one per party, ``module`` unused) and joined: pooled, the per-part vectors concatenated
+    (Mirage's ``run_layerwise``: pooled per party, concatenated across parties); unpooled, the
+    parts' maps side by side along the last axis (the input's own column layout)."""
 
     module: str
     at: str = "output"
     channels: int | None = None
+    parts: tuple[str, ...] = ()
 
 
 ModelFactory = Callable[..., nn.Module]
@@ -190,3 +196,6 @@ def _timm_model(arch: str, num_classes: int, in_channels: int, image_size: int, 
     m.unlearnkit_taps = taps
     m.unlearnkit_head = head
     return m
+
+
+from . import vfl as _vfl  # noqa: E402,F401  (registers mirage_bottom, mlp and vfl; it imports this module)
