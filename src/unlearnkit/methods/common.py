@@ -8,6 +8,7 @@ batch; in one process they are what they always were.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from typing import Iterator
 
 import torch
@@ -139,6 +140,29 @@ def projection_head(in_dim: int, hidden: int, out_dim: int, gen: torch.Generator
     return head.to(device)
 
 
+@contextmanager
+def evaluating(model: nn.Module) -> Iterator[nn.Module]:
+    """Every module of ``model`` in ``eval()`` inside the block; each module's own train/eval flag is
+    restored afterwards (so a frozen-BatchNorm training mode from ``set_train_mode`` survives)."""
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        yield model
+    finally:
+        for m, training in modes:
+            m.training = training
+
+
+@torch.no_grad()
+def accuracy_fraction(model: nn.Module, data: ArrayData, device, batch_size: int = 512) -> float:
+    """Fraction of ``data`` that ``model`` classifies correctly (evaluation transform, :func:`evaluating`;
+    0.0 for empty data). For the methods' own stopping rules (CU, DUCK, EC), never to grade them."""
+    with evaluating(model):
+        correct = sum(int((model(x).argmax(1) == y).sum())
+                      for x, y in data.batches(batch_size, device=device))
+    return correct / max(len(data), 1)
+
+
 @torch.no_grad()
 def per_sample_eval(model: nn.Module, data: ArrayData, device, batch_size: int = 512
                     ) -> tuple[Tensor, Tensor]:
@@ -149,17 +173,12 @@ def per_sample_eval(model: nn.Module, data: ArrayData, device, batch_size: int =
     Methods use it for their own stopping rules and selections (PURGE's FA / retain-CE checks, TARF's
     I_con), never to grade themselves.
     """
-    modes = [(m, m.training) for m in model.modules()]
-    model.eval()
     losses, preds = [], []
-    try:
+    with evaluating(model):
         for x, y in data.batches(batch_size, device=device):
             out = model(x)
             losses.append(F.cross_entropy(out, y, reduction="none").float().cpu())
             preds.append(out.argmax(1).cpu())
-    finally:
-        for m, training in modes:
-            m.training = training
     if not losses:
         return torch.empty(0), torch.empty(0, dtype=torch.long)
     return torch.cat(losses), torch.cat(preds)

@@ -36,7 +36,8 @@ from torch import Tensor
 from ..models.features import capture
 from ..progress import bar
 from .base import UnlearnResult, UnlearningMethod, register_method
-from .common import batches, check_finite, cycle, n_batches, projection_head, set_train_mode
+from .common import (accuracy_fraction, batches, check_finite, cycle, n_batches, projection_head,
+                     set_train_mode)
 
 
 def contrastive_unlearning_loss(z_forget: Tensor, z_retain: Tensor, y_forget: Tensor, y_retain: Tensor,
@@ -70,13 +71,6 @@ def contrastive_unlearning_loss(z_forget: Tensor, z_retain: Tensor, y_forget: Te
     if not bool(valid.any()):
         return s.sum() * 0.0
     return -per_row[valid].mean()
-
-
-@torch.no_grad()
-def _accuracy(model, data, device) -> float:
-    model.eval()
-    correct = sum(int((model(x).argmax(1) == y).sum()) for x, y in data.batches(512, device=device))
-    return correct / max(len(data), 1)
 
 
 @register_method("contrastive", "CU")
@@ -147,13 +141,13 @@ class ContrastiveUnlearning(UnlearningMethod):
                         opt.step()
                         step += 1
                         pb.update(1, ct=ct.item(), ce=ce.item())
-                forget_acc = _accuracy(model, data.forget, device)
+                forget_acc = accuracy_fraction(model, data.forget, device)
                 rec = {"epoch": epoch + 1, "forget_acc": forget_acc}
                 if single_class and len(val_forget):
-                    rec["val_forget_acc"] = _accuracy(model, val_forget, device)
+                    rec["val_forget_acc"] = accuracy_fraction(model, val_forget, device)
                     done = rec["val_forget_acc"] <= 1.0 / data.num_classes
                 else:
-                    rec["val_acc"] = _accuracy(model, data.val, device)
+                    rec["val_acc"] = accuracy_fraction(model, data.val, device)
                     done = forget_acc <= rec["val_acc"]
                 history.append(rec)
                 if done:

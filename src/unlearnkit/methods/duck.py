@@ -50,7 +50,7 @@ from torch import Tensor
 from ..models.features import capture
 from ..progress import bar
 from .base import UnlearnResult, UnlearningMethod, register_method
-from .common import batches, check_finite, set_train_mode
+from .common import accuracy_fraction, batches, check_finite, set_train_mode
 
 
 def pairwise_cos_dist(x: Tensor, y: Tensor) -> Tensor:
@@ -67,13 +67,6 @@ def duck_targets(dists: Tensor, centroid_labels: Tensor, labels: Tensor) -> Tens
         return nearest
     own = centroid_labels[nearest] == labels
     return torch.where(own, order[:, 1], nearest)
-
-
-@torch.no_grad()
-def accuracy_fraction(model, data, device, batch_size: int = 512) -> float:
-    model.eval()
-    correct = sum(int((model(x).argmax(1) == y).sum()) for x, y in data.batches(batch_size, device=device))
-    return correct / max(len(data), 1)
 
 
 @register_method("duck", "DUCK")

@@ -39,7 +39,7 @@ from ..models.features import capture, pool
 from ..models.zoo import taps_of
 from ..progress import bar
 from .base import METHODS, UnlearnResult, UnlearningMethod, register_method
-from .common import batches, check_finite, cycle, n_batches, set_train_mode
+from .common import accuracy_fraction, batches, check_finite, cycle, n_batches, set_train_mode
 from .contrastive import contrastive_unlearning_loss
 
 AUX = "_ec_aux"
@@ -145,15 +145,6 @@ class ECLoss:
         return total
 
 
-@torch.no_grad()
-def _acc(model: nn.Module, data, device) -> float:
-    if data is None or len(data) == 0:
-        return float("nan")
-    model.eval()
-    correct = sum(int((model(x).argmax(1) == y).sum()) for x, y in data.batches(512, device=device))
-    return 100.0 * correct / len(data)
-
-
 @register_method("ec", "EC")
 @dataclass
 class EraseAtTheCore(UnlearningMethod):
@@ -207,7 +198,8 @@ class EraseAtTheCore(UnlearningMethod):
                             opt.step()
                             step += 1
                             pb.update(1, loss=loss.item())
-                    fa = _acc(model, val_forget, device) if val_forget is not None else float("nan")
+                    has_val = val_forget is not None and len(val_forget) > 0
+                    fa = 100.0 * accuracy_fraction(model, val_forget, device) if has_val else float("nan")
                     history.append({"epoch": epoch + 1, "loss": loss.item(), "val_forget_acc": fa})
                     if val_forget is not None and fa <= 100.0 / data.num_classes:
                         stop = "forget_acc_target"
