@@ -147,21 +147,23 @@ def _ints(value) -> list[int]:
         raise UserError(f"expected integers, got {value!r}") from None
 
 
-def _methods(entries: list, where: str) -> list[tuple[str, dict]]:
-    """``[(canonical name, overrides)]``: a name, ``all``, or ``{name, params | variants}``."""
-    from ..methods import METHODS
+def _methods(entries: list, where: str, setting: str = "standard") -> list[tuple[str, dict]]:
+    """``[(canonical name, overrides)]``: a name, ``all``, or ``{name, params | variants}``; ``all``
+    and the names follow ``unlearnkit run`` (:func:`unlearnkit.runner.method_names`): outside
+    ``setting: vfl`` ``all`` leaves out the VFL-only methods and naming one is a UserError."""
+    from ..runner import method_names
 
     out: list[tuple[str, dict]] = []
     for entry in entries:
         if isinstance(entry, str) and entry.lower() == "all":
-            out += [(n, {}) for n in METHODS.names() if n != "retrain"]
+            out += [(n, {}) for n in method_names(["all"], setting) if n != "retrain"]
             continue
         if isinstance(entry, str):
             entry = {"name": entry}
         if not isinstance(entry, dict) or "name" not in entry:
             raise UserError(f"a method in {where} must be a name or a mapping with 'name', got {entry!r}")
         _check(entry, {"name", "params", "variants"}, f"method {entry['name']!r} of {where}")
-        name = METHODS.canonical(str(entry["name"]))  # unknown names fail here, with a suggestion
+        name = method_names([str(entry["name"])], setting)[0]  # unknown names fail here, with a suggestion
         if name == "retrain":
             continue  # every group's reference cell holds the retrained model
         base = dict(entry.get("params") or {})
@@ -207,7 +209,8 @@ def expand(data: dict, name: str) -> list[Cell]:
         models = _as_list(grid.get("models", ["small_cnn"]), f"models of {where}")
         tasks = _as_list(grid.get("tasks"), f"tasks of {where}")
         seeds = [int(s) for s in _as_list(grid.get("seeds", [0]), f"seeds of {where}")]
-        methods = _methods(_as_list(grid.get("methods"), f"methods of {where}"), where)
+        methods = _methods(_as_list(grid.get("methods"), f"methods of {where}"), where,
+                           str(base.get("setting", "standard")))
         for t in tasks:
             if not isinstance(t, dict):
                 raise UserError(f"a task of {where} must be a mapping such as {{forget_classes: [3]}}, got {t!r}")

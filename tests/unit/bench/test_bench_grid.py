@@ -40,9 +40,13 @@ def test_ids_are_the_configuration_and_duplicates_merge():
     assert not {c.cell_id for c in expand(other, "t")} & {c.cell_id for c in a}
 
 
-def test_all_means_every_method_but_retrain():
-    cells = expand({"datasets": ["digits"], "tasks": [{"forget_classes": [3]}], "methods": ["all"]}, "t")
-    methods = {c.method for c in cells if c.kind == "method"}
+def test_all_means_every_method_but_retrain_and_vfl_only_ones_outside_vfl():
+    grid = {"datasets": ["digits"], "tasks": [{"forget_classes": [3]}], "methods": ["all"]}
+    vfl_only = {n for n in METHODS.names() if METHODS.get(n).requires_vfl}
+    assert "target" in vfl_only
+    methods = {c.method for c in expand(grid, "t") if c.kind == "method"}
+    assert methods == set(METHODS.names()) - {"retrain"} - vfl_only
+    methods = {c.method for c in expand({**grid, "setting": "vfl"}, "t") if c.kind == "method"}
     assert methods == set(METHODS.names()) - {"retrain"}
 
 
@@ -62,6 +66,7 @@ def test_task_labels():
     ({"datasets": ["digits"], "tasks": [{"forget_clases": [3]}], "methods": ["GA"]}, "forget_classes"),
     ({"datasets": ["digits"], "tasks": [{"forget_classes": [3]}], "methods": ["GA"], "seedz": [1]}, "seeds"),
     ({"datasets": ["digits"], "tasks": [{"forget_classes": [3]}]}, "methods of grid"),
+    ({"datasets": ["digits"], "tasks": [{"forget_classes": [3]}], "methods": ["target"]}, "add --setting vfl"),
     ({"defaults": {"out": "x"}, "datasets": ["digits"], "tasks": [{"forget_classes": [3]}], "methods": ["GA"]},
      "unknown key 'out' in defaults"),
 ])
