@@ -94,6 +94,7 @@ def with_retrain_views(records: list[Record]) -> list[Record]:
         a = audits.get((*r.block, r.seed))
         if r.method == "retrain" and not r.audit and a:
             r.audit = {"verdict": None, "penultimate_layer": a.get("penultimate_layer"), "view": "retrained",
+                       "transmitted": a.get("transmitted"),
                        "layers": {name: {"lpr": layer.get("lpr_retrained"), "separability":
                                          layer.get("separability_retrained"),
                                          "cka_original": layer.get("cka_retrain_original")}

@@ -65,10 +65,18 @@ def forget_acc_yu(r: Record):
     return v if v is not None else r.metrics.get("forget_acc")
 
 
+def main_layer(audit: dict) -> str | None:
+    """The layer the report's tables read: for a VFL model (its audit lists the taps its passive parties
+    transmit) the concatenated cut-layer ``embedding``, Mirage's audit features (reference-specs §2.5),
+    as in results.md (:func:`unlearnkit.mirage_table.mirage_layer`); otherwise the penultimate layer."""
+    transmitted = (audit.get("transmitted") or {}).get("layers") or []
+    return "embedding" if "embedding" in transmitted else audit.get("penultimate_layer")
+
+
 def layer(key: str, name: str | None = None):
     def get(r: Record):
         a = r.audit or {}
-        layer_name = name or a.get("penultimate_layer")
+        layer_name = name or main_layer(a)
         return ((a.get("layers") or {}).get(layer_name) or {}).get(key)
     return get
 
@@ -140,7 +148,7 @@ def mirage_table(block: Block, methods: dict[str, list[Record]]) -> Table:
             for label, key, get, spec, iv in MIRAGE_ROWS]
     rows.append(["verdict"] + [verdicts(r.verdict for r in methods[m]) for m in names])
     return Table("mirage", f"Mirage layout: {block_name(block)}",
-                 "Penultimate layer, audit data of the verdict; ΔLPR = LPR(unlearned) − LPR(retrain) with, for "
+                 "Penultimate layer (VFL: the concatenated embedding the passive parties transmit), audit data of the verdict; ΔLPR = LPR(unlearned) − LPR(retrain) with, for "
                  "one seed, the audit's paired interval over probe resplits and, for several seeds, the 95 % "
                  "t-interval of the mean over seeds. Retrain's LPR, F and CKA come from the audits of its group.",
                  ["metric"] + names, rows, block, c.values)
@@ -179,7 +187,8 @@ def ec_table(block: Block, methods: dict[str, list[Record]]) -> Table:
              c.cell(block, m, recs, idi, "idi", "{:.3f}"), c.cell(block, m, recs, metric("h_mean"), "h_mean")]
             for m, recs in methods.items() if m != "retrain"]
     return Table("ec", f"EC layout: {block_name(block)}",
-                 "CKA × 100 to the original at the penultimate layer (lower = more changed), IDI (signed; "
+                 "CKA × 100 to the original at the penultimate layer (VFL: the transmitted embedding; lower = more "
+                 "changed), IDI (signed; "
                  f"{DASH} where the audit has none), H-Mean of (100 − test forget acc) and test retain acc.",
                  ["method", "CKA ↓", "IDI ↓", "H-Mean ↑"], rows, block, c.values)
 

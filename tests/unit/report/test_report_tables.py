@@ -114,3 +114,25 @@ def test_report_files_and_csv_match_the_tables(records, tmp_path):
     cells = list(csv.DictReader(paths["cells"].open()))
     assert len(cells) == len(records)
     assert {c["verdict"] for c in cells if c["method"] == "ft"} == {"erased", "suppressed"}
+
+
+def test_vfl_records_are_read_at_the_transmitted_embedding():
+    """For a VFL model the tables read the concatenated embedding the parties transmit (Mirage's
+    audit features), also for retrain's view; other models keep the penultimate layer."""
+    def vfl_audit(verdict):
+        a = audit(0.0, verdict=verdict)
+        a["layers"]["embedding"] = {**a["layers"]["penultimate"], "lpr": 77.0, "lpr_retrained": 66.0,
+                                    "delta_lpr": 11.0, "delta_lpr_ci": [10.0, 12.0]}
+        a["transmitted"] = {"layers": ["party0", "party1", "embedding"]}
+        return a
+
+    recs = with_retrain_views([
+        Record("digits", "mirage_bottom", "class 3", 0, "retrain", metrics(gap=0.0)),
+        Record("digits", "mirage_bottom", "class 3", 0, "original", metrics(), vfl_audit("not_forgotten")),
+        Record("digits", "mirage_bottom", "class 3", 0, "ga", metrics(), vfl_audit("suppressed")),
+        Record("digits", "small_cnn", "class 3", 0, "retrain", metrics(gap=0.0)),
+        Record("digits", "small_cnn", "class 3", 0, "ga", metrics(), audit(0.0))])
+    mirage = {t.block[1]: {r[0]: r[1:] for r in t.rows} for t in by_key(build_tables(recs), "mirage")}
+    assert mirage["mirage_bottom"]["LPR (%)"] == ["66.0", "77.0", "77.0"]
+    assert mirage["mirage_bottom"]["ΔLPR (%) [CI]"][2] == "+11.0 [+10.0, +12.0]"
+    assert mirage["small_cnn"]["LPR (%)"][1] == "90.0"          # penultimate of the plain model
