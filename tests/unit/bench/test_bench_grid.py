@@ -99,4 +99,6 @@ def test_shipped_suites_expand():
     assert {c.config["seed"] for c in cpu.cells} == {0, 1, 2}
     gpu = load_suite(root / "gpu.yaml")
     assert {c.config["dataset"] for c in gpu.cells} >= {"cifar10", "cifar100"}
-    assert {c.config["model"] for c in gpu.cells} == {"resnet18"}
+    assert {c.config["model"] for c in gpu.cells} == {"resnet18", "mirage_bottom"}
+    assert {c.method for c in gpu.cells if c.kind == "method"} == set(METHODS.names()) - {"retrain"}
+    assert {c.config["setting"] for c in gpu.cells if c.config["model"] == "mirage_bottom"} == {"vfl"}
