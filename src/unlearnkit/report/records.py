@@ -38,6 +38,14 @@ class Record:
         return (self.audit or {}).get("verdict")
 
 
+def model_label(task: dict) -> str:
+    """The model as a block names it: ``vfl (K parties, bottom B)`` in the VFL setting (as the run's own
+    titles do, :func:`unlearnkit.runner.model_label`), the model's name otherwise."""
+    from ..runner import model_label as label
+
+    return label(task)
+
+
 def task_label(forget: dict) -> str:
     from ..bench.grid import task_label as label
 
@@ -57,7 +65,9 @@ def from_store(path: str | Path) -> list[Record]:
         prov = {k: r[k] for k in ("config_hash", "split_hash", "original_sha256", "retrain_sha256",
                                   "unlearned_sha256", "unlearnkit_version", "git_commit", "torch_version",
                                   "device", "finished", "wall_s", "cell_id")}
-        out.append(Record(r["dataset"], r["model"], r["task"], int(r["seed"]), method, r["metrics"], r["audit"],
+        cfg = r.get("config") or {}
+        model = model_label({"setting": cfg.get("setting"), "parties": cfg.get("parties"), "model": r["model"]})
+        out.append(Record(r["dataset"], model, r["task"], int(r["seed"]), method, r["metrics"], r["audit"],
                           f"cell {r['cell_id']}", prov))
     return out
 
@@ -78,7 +88,7 @@ def from_results(path: str | Path) -> list[Record]:
     info = {"git_commit": prov.get("git_commit"), "torch_version": prov.get("versions", {}).get("torch"),
             "unlearnkit_version": prov.get("versions", {}).get("unlearnkit"), "device": prov.get("device"),
             "split_hash": t.get("split_hash"), "finished": prov.get("created")}
-    return [Record(t["dataset"], t["model"], task_label(t["forget"]), int(res["config"]["seed"]), name,
+    return [Record(t["dataset"], model_label(t), task_label(t["forget"]), int(res["config"]["seed"]), name,
                    entry["metrics"], entry.get("audit"), str(p), info) for name, entry in res["models"].items()]
 
 

@@ -136,3 +136,12 @@ def test_vfl_records_are_read_at_the_transmitted_embedding():
     assert mirage["mirage_bottom"]["LPR (%)"] == ["66.0", "77.0", "77.0"]
     assert mirage["mirage_bottom"]["ΔLPR (%) [CI]"][2] == "+11.0 [+10.0, +12.0]"
     assert mirage["small_cnn"]["LPR (%)"][1] == "90.0"          # penultimate of the plain model
+
+
+def test_vfl_blocks_are_named_by_their_setting():
+    from unlearnkit.report.records import model_label
+
+    assert model_label({"setting": "vfl", "parties": 4, "model": "mirage_bottom"}) == \
+        "vfl (4 parties, bottom mirage_bottom)"
+    assert model_label({"setting": "standard", "parties": 2, "model": "small_cnn"}) == "small_cnn"
+    assert model_label({"model": "small_cnn"}) == "small_cnn"    # stores and results.json written before VFL
