@@ -71,10 +71,14 @@ def process_group(device: torch.device, timeout_min: float = 180.0) -> Iterator[
     if device.type == "cuda":
         torch.cuda.set_device(device)
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timedelta(minutes=timeout_min))
-    try:
-        yield world()
-    finally:
-        dist.destroy_process_group()
+    yield world()
+    # Normal end only: every rank waits for the others before tearing down, so that no rank exits while
+    # a peer still uses its connections (CI once saw rank 0 abort in gloo's teardown, "terminate called
+    # without an active exception", after rank 1 had returned early and exited). After an exception the
+    # group is left alone: a collective teardown could hang on ranks still waiting in a collective, and
+    # torchrun stops the other workers when one fails (torchtitan does the same).
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 # ---------------------------------------------------------------------------------------------
