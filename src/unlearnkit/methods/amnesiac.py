@@ -24,14 +24,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 import torch.nn.functional as F
 
 from ..data.arrays import ArrayData
-from ..progress import bar
 from .base import UnlearnResult, UnlearningMethod, register_method
-from .common import (adam, batches, check_finite, global_batch_len, local_rows, n_batches, random_labels,
-                     set_train_mode, sgd)
+from .common import adam, descend, global_batch_len, local_rows, random_labels, sgd
 
 VARIANTS = ("ssd", "mirage")
 
@@ -71,22 +68,13 @@ class Amnesiac(UnlearningMethod):
         else:
             train = data.forget
             opt = sgd(model.parameters(), self.lr, self.momentum, weight_decay=0.0)
-        history, step = [], 0
-        with bar(self.epochs * n_batches(train, self.batch_size), self.name, progress) as pb:
-            for epoch in range(self.epochs):
-                set_train_mode(model, self.bn_mode)
-                total = 0.0
-                for x, y in batches(train, self.batch_size, gen, device, aug):
-                    if self.variant == "mirage":
-                        y = local_rows(random_labels(global_batch_len(x), data.num_classes, gen)).to(device)
-                    loss = F.cross_entropy(model(x), y)
-                    value = check_finite(loss, self.name, step)
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    opt.step()
-                    total += value
-                    step += 1
-                    pb.update(1, loss=value)
-                history.append({"epoch": epoch + 1, "samples": len(train),
-                                "loss": total / max(1, n_batches(train, self.batch_size))})
+
+        def loss_fn(x, y):
+            if self.variant == "mirage":  # a fresh uniform label for every forget row, every step
+                y = local_rows(random_labels(global_batch_len(x), data.num_classes, gen)).to(device)
+            return F.cross_entropy(model(x), y)
+
+        history = descend(model, opt, train, loss_fn, epochs=self.epochs, batch_size=self.batch_size, gen=gen,
+                          device=device, augment=aug, bn_mode=self.bn_mode, method=self.name, label="loss",
+                          progress=progress, epoch_info=lambda _: {"samples": len(train)})
         return UnlearnResult(model, 0.0, "completed", history)

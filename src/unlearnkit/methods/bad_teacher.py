@@ -28,9 +28,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..data.arrays import ArrayData
-from ..progress import bar
 from .base import UnlearnResult, UnlearningMethod, register_method
-from .common import adam, batches, check_finite, n_batches, reinit_seeded, set_train_mode
+from .common import adam, descend, reinit_seeded
 
 
 def bad_teacher_loss(student: Tensor, flag: Tensor, competent: Tensor, incompetent: Tensor,
@@ -82,22 +81,13 @@ class BadTeacher(UnlearningMethod):
             p.requires_grad_(False)
         mixed = unlearning_data(data.forget, data.retain, self.retain_fraction, gen)
         opt = adam(model.parameters(), lr=self.lr)
-        aug = data.augment if self.augment else None
-        history, step = [], 0
-        with bar(self.epochs * n_batches(mixed, self.batch_size), self.name, progress) as pb:
-            for epoch in range(self.epochs):
-                set_train_mode(model, self.bn_mode)
-                total = 0.0
-                for x, flag in batches(mixed, self.batch_size, gen, device, aug):
-                    with torch.no_grad():
-                        competent, bad = original(x), incompetent(x)
-                    loss = bad_teacher_loss(model(x), flag, competent, bad, self.kl_temperature)
-                    value = check_finite(loss, self.name, step)
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    opt.step()
-                    total += value
-                    step += 1
-                    pb.update(1, kl=value)
-                history.append({"epoch": epoch + 1, "kl": total / max(1, n_batches(mixed, self.batch_size))})
+
+        def loss_fn(x, flag):
+            with torch.no_grad():
+                competent, bad = original(x), incompetent(x)
+            return bad_teacher_loss(model(x), flag, competent, bad, self.kl_temperature)
+
+        history = descend(model, opt, mixed, loss_fn, epochs=self.epochs, batch_size=self.batch_size, gen=gen,
+                          device=device, augment=data.augment if self.augment else None, bn_mode=self.bn_mode,
+                          method=self.name, label="kl", progress=progress)
         return UnlearnResult(model, 0.0, "completed", history)

@@ -31,9 +31,8 @@ from torch import nn
 
 from ..errors import UserError
 from ..models.zoo import head_of
-from ..progress import bar
 from .base import UnlearnResult, UnlearningMethod, register_method
-from .common import batches, check_finite, n_batches, set_train_mode, sgd
+from .common import descend, sgd
 
 
 def head_path(model: nn.Module) -> str:
@@ -106,23 +105,11 @@ class BoundaryExpand(UnlearningMethod):
         path = head_path(model)
         k = widen_head(model, path, gen)
         opt = sgd(model.parameters(), self.lr, self.momentum, self.weight_decay)
-        aug = data.augment if self.augment else None
-        history, step = [], 0
-        with bar(self.epochs * n_batches(data.forget, self.batch_size), self.name, progress) as pb:
-            for epoch in range(self.epochs):
-                set_train_mode(model, self.bn_mode)
-                total = 0.0
-                for x, _ in batches(data.forget, self.batch_size, gen, device, aug):
-                    loss = F.cross_entropy(model(x), torch.full((x.shape[0],), k, device=device))
-                    value = check_finite(loss, self.name, step)
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    opt.step()
-                    total += value
-                    step += 1
-                    pb.update(1, shadow_ce=value)
-                history.append({"epoch": epoch + 1,
-                                "shadow_ce": total / max(1, n_batches(data.forget, self.batch_size))})
+        history = descend(model, opt, data.forget,
+                          lambda x, _: F.cross_entropy(model(x), torch.full((x.shape[0],), k, device=device)),
+                          epochs=self.epochs, batch_size=self.batch_size, gen=gen, device=device,
+                          augment=data.augment if self.augment else None, bn_mode=self.bn_mode,
+                          method=self.name, label="shadow_ce", progress=progress)
         if self.prune:
             prune_head(model, path, k)
         elif isinstance(getattr(model, "unlearnkit_spec", None), dict):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -19,6 +19,7 @@ from .. import distributed
 from ..data.arrays import ArrayData, Augment
 from ..distributed import global_batch_len, local_rows, sum_over_ranks, synced  # noqa: F401  (re-exported)
 from ..errors import NonFiniteLossError
+from ..progress import bar
 
 BN_MODES = ("train", "frozen")
 
@@ -80,6 +81,36 @@ def cycle(data: ArrayData, batch_size: int, gen: torch.Generator, device, augmen
 
 def n_batches(data: ArrayData, batch_size: int) -> int:
     return -(-len(data) // batch_size)
+
+
+def descend(model: nn.Module, opt: torch.optim.Optimizer, data: ArrayData,
+            loss_fn: Callable[[Tensor, Tensor], Tensor], *, epochs: int, batch_size: int, gen: torch.Generator,
+            device, augment: Augment | None, bn_mode: str, method: str, label: str, progress: bool,
+            sign: float = 1.0, epoch_info: Callable[[int], dict] | None = None) -> list[dict]:
+    """The step loop of the methods that train on one data part: ``epochs`` shuffled passes over
+    ``data``; per batch ``loss = loss_fn(x, y)``, :func:`check_finite`, ``zero_grad``,
+    ``backward``, ``step``. Returns one history row per epoch,
+    ``{"epoch": e, **epoch_info(e - 1), label: sign x mean loss}`` (``sign=-1``: gradient ascent
+    records the cross-entropy it raises); the bar shows ``label`` too. ``epoch_info`` is called at
+    the start of every epoch, after the train mode is set (L1-sparse sets its alpha there)."""
+    per_epoch = n_batches(data, batch_size)
+    history, step = [], 0
+    with bar(epochs * per_epoch, method, progress) as pb:
+        for epoch in range(epochs):
+            set_train_mode(model, bn_mode)
+            info = epoch_info(epoch) if epoch_info is not None else {}
+            total = 0.0
+            for x, y in batches(data, batch_size, gen, device, augment):
+                loss = loss_fn(x, y)
+                value = check_finite(loss, method, step)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                total += value
+                step += 1
+                pb.update(1, **{label: sign * value})
+            history.append({"epoch": epoch + 1, **info, label: sign * total / max(1, per_epoch)})
+    return history
 
 
 def reinit(model: nn.Module) -> None:

@@ -10,9 +10,8 @@ from dataclasses import dataclass
 
 import torch.nn.functional as F
 
-from ..progress import bar
 from .base import UnlearnResult, UnlearningMethod, register_method
-from .common import batches, check_finite, n_batches, set_train_mode, sgd
+from .common import descend, sgd
 
 
 @register_method("finetune", "FT")
@@ -37,20 +36,8 @@ class Finetune(UnlearningMethod):
 
     def _unlearn(self, model, data, original, device, gen, progress):
         opt = sgd(model.parameters(), self.lr, self.momentum, self.weight_decay)
-        aug = data.augment if self.augment else None
-        history, step = [], 0
-        with bar(self.epochs * n_batches(data.retain, self.batch_size), "finetune", progress) as pb:
-            for epoch in range(self.epochs):
-                set_train_mode(model, self.bn_mode)
-                total = 0.0
-                for x, y in batches(data.retain, self.batch_size, gen, device, aug):
-                    loss = F.cross_entropy(model(x), y)
-                    value = check_finite(loss, self.name, step)
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    opt.step()
-                    total += value
-                    step += 1
-                    pb.update(1, loss=value)
-                history.append({"epoch": epoch + 1, "retain_loss": total / max(1, n_batches(data.retain, self.batch_size))})
+        history = descend(model, opt, data.retain, lambda x, y: F.cross_entropy(model(x), y),
+                          epochs=self.epochs, batch_size=self.batch_size, gen=gen, device=device,
+                          augment=data.augment if self.augment else None, bn_mode=self.bn_mode,
+                          method=self.name, label="retain_loss", progress=progress)
         return UnlearnResult(model, 0.0, "completed", history)

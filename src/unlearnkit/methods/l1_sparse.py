@@ -18,9 +18,8 @@ from dataclasses import dataclass
 
 import torch.nn.functional as F
 
-from ..progress import bar
 from .base import UnlearnResult, UnlearningMethod, register_method
-from .common import batches, check_finite, n_batches, set_train_mode, sgd
+from .common import descend, sgd
 
 
 def l1_alpha(alpha: float, epoch: int, epochs: int, no_l1_epochs: int) -> float:
@@ -58,25 +57,20 @@ class L1Sparse(UnlearningMethod):
 
     def _unlearn(self, model, data, original, device, gen, progress):
         opt = sgd(model.parameters(), self.lr, self.momentum, self.weight_decay)
-        aug = data.augment if self.augment else None
         params = [p for p in model.parameters() if p.requires_grad]
-        history, step = [], 0
-        with bar(self.epochs * n_batches(data.retain, self.batch_size), self.name, progress) as pb:
-            for epoch in range(self.epochs):
-                set_train_mode(model, self.bn_mode)
-                a = l1_alpha(self.alpha, epoch, self.epochs, self.no_l1_epochs)
-                total = 0.0
-                for x, y in batches(data.retain, self.batch_size, gen, device, aug):
-                    loss = F.cross_entropy(model(x), y)
-                    if a > 0:
-                        loss = loss + a * sum(p.abs().sum() for p in params)
-                    value = check_finite(loss, self.name, step)
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    opt.step()
-                    total += value
-                    step += 1
-                    pb.update(1, loss=value)
-                history.append({"epoch": epoch + 1, "alpha": a,
-                                "loss": total / max(1, n_batches(data.retain, self.batch_size))})
+        alpha = 0.0
+
+        def epoch_alpha(epoch: int) -> dict:
+            nonlocal alpha
+            alpha = l1_alpha(self.alpha, epoch, self.epochs, self.no_l1_epochs)
+            return {"alpha": alpha}
+
+        def loss_fn(x, y):
+            loss = F.cross_entropy(model(x), y)
+            return loss + alpha * sum(p.abs().sum() for p in params) if alpha > 0 else loss
+
+        history = descend(model, opt, data.retain, loss_fn, epochs=self.epochs, batch_size=self.batch_size,
+                          gen=gen, device=device, augment=data.augment if self.augment else None,
+                          bn_mode=self.bn_mode, method=self.name, label="loss", progress=progress,
+                          epoch_info=epoch_alpha)
         return UnlearnResult(model, 0.0, "completed", history)

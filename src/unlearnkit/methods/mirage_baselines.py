@@ -26,10 +26,9 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import UserError
-from ..progress import bar
 from .amnesiac import Amnesiac
 from .base import UnlearnResult, UnlearningMethod, register_method
-from .common import batches, check_finite, n_batches, set_train_mode, sgd
+from .common import descend, sgd
 from .finetune import Finetune
 from .fisher_forgetting import FisherForgetting
 from .ssd import SelectiveSynapticDampening
@@ -85,23 +84,14 @@ class BoundaryMirage(UnlearningMethod):
 
     def _unlearn(self, model, data, original, device, gen, progress):
         opt = sgd(model.parameters(), self.lr, self.momentum, weight_decay=0.0)
-        aug = data.augment if self.augment else None
-        history, step = [], 0
-        with bar(self.epochs * n_batches(data.forget, self.batch_size), self.name, progress) as pb:
-            for epoch in range(self.epochs):
-                set_train_mode(model, self.bn_mode)
-                total = 0.0
-                for x, y in batches(data.forget, self.batch_size, gen, device, aug):
-                    out = model(x)
-                    loss = F.cross_entropy(out, nearest_other_label(out, y))
-                    check_finite(loss, self.name, step)
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    opt.step()
-                    total += loss.item()
-                    step += 1
-                    pb.update(1, loss=loss.item())
-                history.append({"epoch": epoch + 1, "loss": total / max(1, n_batches(data.forget, self.batch_size))})
+
+        def loss_fn(x, y):
+            out = model(x)
+            return F.cross_entropy(out, nearest_other_label(out, y))
+
+        history = descend(model, opt, data.forget, loss_fn, epochs=self.epochs, batch_size=self.batch_size,
+                          gen=gen, device=device, augment=data.augment if self.augment else None,
+                          bn_mode=self.bn_mode, method=self.name, label="loss", progress=progress)
         return UnlearnResult(model, 0.0, "completed", history)
 
 
