@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import math
 import os
 import types
 from contextlib import contextmanager
@@ -302,7 +303,8 @@ def _global_batch_norm(bn: nn.modules.batchnorm._BatchNorm, x: Tensor, step: Ste
             bn.num_batches_tracked.add_(1)
             f = 1.0 / float(bn.num_batches_tracked) if bn.momentum is None else bn.momentum
             bn.running_mean.mul_(1 - f).add_(mean.detach().to(bn.running_mean.dtype), alpha=f)
-            unbiased = var.detach() * (n / (n - 1)) if float(n) > 1 else var.detach()
+            n_all = step.n_global * math.prod(x.shape[2:])  # = n, known on the host: no device sync,
+            unbiased = var.detach() * (n_all / (n_all - 1)) if n_all > 1 else var.detach()  # no graph break
             bn.running_var.mul_(1 - f).add_(unbiased.to(bn.running_var.dtype), alpha=f)
     y = (xf - mean.view(shape)) * torch.rsqrt(var.view(shape) + bn.eps)
     if bn.affine:
