@@ -303,8 +303,8 @@ def _global_batch_norm(bn: nn.modules.batchnorm._BatchNorm, x: Tensor, step: Ste
             bn.num_batches_tracked.add_(1)
             f = 1.0 / float(bn.num_batches_tracked) if bn.momentum is None else bn.momentum
             bn.running_mean.mul_(1 - f).add_(mean.detach().to(bn.running_mean.dtype), alpha=f)
-            n_all = step.n_global * math.prod(x.shape[2:])  # = n, known on the host: no device sync,
-            unbiased = var.detach() * (n_all / (n_all - 1)) if n_all > 1 else var.detach()  # no graph break
+            n_all = step.n_global * math.prod(x.shape[2:])  # = n from the host: no device sync or graph break
+            unbiased = var.detach() * (n_all / (n_all - 1)) if n_all > 1 else var.detach()
             bn.running_var.mul_(1 - f).add_(unbiased.to(bn.running_var.dtype), alpha=f)
     y = (xf - mean.view(shape)) * torch.rsqrt(var.view(shape) + bn.eps)
     if bn.affine:
