@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 
+from .markdown import markdown_table
+
 COLUMNS = ["model", "Acc_r", "forget acc", "LPR", "ΔLPR [CI]", "CKA orig.", "F", "verdict"]
 
 
@@ -86,7 +88,5 @@ def mirage_table_markdown(results: dict) -> str:
              f"{notes['cka']}. Acc_r = test accuracy on the retained classes, forget acc = test accuracy on the "
              f"forgotten classes (training forget set for sample-level forgetting), LPR = linear-probe balanced "
              f"accuracy (%) forget vs retained, ΔLPR = LPR − LPR(retrain) with its 95 % paired interval, "
-             f"F = Fisher separability.", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
+             f"F = Fisher separability.", "", *markdown_table(header, rows)]
     return "\n".join(lines) + "\n"

@@ -29,6 +29,7 @@ from .evaluation import model_outputs, output_metrics
 from .methods import METHODS, preset_for
 from .metrics.summary import gap, h_mean
 from .data.vfl import is_flat
+from .markdown import markdown_table
 from .mirage_table import mirage_table_markdown
 from .models.vfl import default_bottom, transmitted_layers
 from .models.zoo import audit_layers
@@ -335,8 +336,7 @@ def results_markdown(results: dict) -> str:
              f"split {t['split_hash']}: {t['n_train_forget']} forget / {t['n_train_retain']} retain train samples, "
              f"test convention `{t['test_convention']}`; accuracies and MIA-efficacy in %, MIA AUC in [0,1] "
              f"(0.5 ideal), Gap = mean |diff| to retrain over forget/retain/test acc and MIA-efficacy.", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
+             *markdown_table(header, rows)]
     return "\n".join(lines) + "\n"
 
 

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 from ..checkpoints import atomic_write_text
+from ..markdown import markdown_table
 from .report import AuditReport
 from .vfl import transmitted_html, transmitted_markdown
 
@@ -126,12 +127,6 @@ def idi_line(d: dict) -> str:
     return f"{head}. {i.get('note', '')}"
 
 
-def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(c.replace("|", "/") for c in r) + " |" for r in rows]
-    return out
-
-
 def audit_markdown(report: AuditReport) -> str:
     d = report.to_dict()
     t = d["task"]
@@ -148,16 +143,16 @@ def audit_markdown(report: AuditReport) -> str:
         note = " (the verdict rests on it)" if name == d["rests_on"] else ""
         lines += ["", f"## Layers, {name} data{note}", "",
                   f"{ad['protocol']}: {ad['n_forget']} forget / {ad['n_retain']} retained samples.", ""]
-        lines += _md_table(*layer_rows(ad))
+        lines += markdown_table(*layer_rows(ad))
     lines += transmitted_markdown(d.get("transmitted"))
     lines += ["", "## Models", ""]
-    lines += _md_table(*model_rows(d))
+    lines += markdown_table(*model_rows(d))
     if d["resurfacing"]:
         lines += ["", "## Resurfacing checks", ""]
-        lines += _md_table(*resurface_rows(d))
+        lines += markdown_table(*resurface_rows(d))
     lines += ["", "## IDI", "", idi_line(d)]
     if idi_rows(d):
-        lines += [""] + _md_table(*idi_rows(d))
+        lines += [""] + markdown_table(*idi_rows(d))
     lines += ["", "## What each number means", ""]
     lines += [f"- **{k}**: {v}" for k, v in EXPLAIN]
     return "\n".join(lines) + "\n"

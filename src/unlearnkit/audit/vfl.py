@@ -53,13 +53,14 @@ def transmitted_markdown(d: dict | None) -> list[str]:
     """The audit.md section (no lines for a model that is not VFL)."""
     if not d:
         return []
-    from .render import _md_table, layer_rows  # render imports this module
+    from ..markdown import markdown_table
+    from .render import layer_rows  # render imports this module
 
     return ["", f"## Transmitted-embedding diagnostics (VFL), {d['data']} data", "",
             "What the passive parties send to the active party (each party's embedding and their "
             "concatenation `embedding`, Mirage's audit features): an observer of this traffic can probe it "
             "without the classifier.", "", f"**{d['summary']}**", "",
-            *_md_table(*layer_rows({"layers": d["per_layer"]}))]
+            *markdown_table(*layer_rows({"layers": d["per_layer"]}))]
 
 
 def transmitted_html(d: dict | None) -> str:

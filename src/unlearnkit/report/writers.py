@@ -11,6 +11,7 @@ import io
 from pathlib import Path
 
 from ..checkpoints import atomic_write_bytes, atomic_write_text
+from ..markdown import markdown_table
 from .records import Record
 from .tables import Table, layer
 
@@ -50,12 +51,7 @@ def table_html(t: Table) -> str:
 
 
 def table_markdown(t: Table) -> str:
-    def esc(c: str) -> str:
-        return c.replace("|", "\\|")
-
-    lines = [f"### {t.title}", "", t.caption, "", "| " + " | ".join(map(esc, t.header)) + " |",
-             "|" + "---|" * len(t.header)]
-    lines += ["| " + " | ".join(map(esc, r)) + " |" for r in t.rows]
+    lines = [f"### {t.title}", "", t.caption, "", *markdown_table(t.header, t.rows)]
     return "\n".join(lines) + "\n"
 
 
