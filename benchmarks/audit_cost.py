@@ -94,7 +94,7 @@ def main() -> None:
 
     cfg = AuditConfig(n_jobs=a.jobs, probe_solver=a.solver)
     bare()  # warm-up (allocator, kernels)
-    audit(original, unlearned, retrain, split, config=AuditConfig(n_splits=2, n_bootstrap=10))
+    audit(original, unlearned, retrain, split, config=AuditConfig(n_splits=2))
     n_rows = sum(len(getattr(split, p)) for p in PARTS)
     t_bare = _best(bare, a.repeats)
     t_feat = _best(features, a.repeats)
@@ -147,7 +147,7 @@ def main() -> None:
     n_fits = 2 * len(layers) * 3 * cfg.n_splits
     print(f"the rest is CPU work forward passes do not have: {n_fits} probe fits "
           f"(2 audit data x {len(layers)} layers x 3 models x {cfg.n_splits} resplits), "
-          f"{cfg.n_bootstrap}-draw separability bootstraps, CKA, k-NN, MIA, resurfacing")
+          f"LDA AUROC and {cfg.n_bootstrap}-draw Mahalanobis bootstraps, CKA, k-NN, MIA, resurfacing")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import yaml
 
 TINY = {"suite": "tiny",
         "defaults": {"recipe": {"epochs": 2},
-                     "audit_config": {"n_splits": 2, "n_bootstrap": 20, "bn_recalibration": False, "relearn": False}},
+                     "audit_config": {"n_splits": 2, "bn_recalibration": False, "head_refit": False, "relearn": False}},
         "grids": [{"name": "class", "datasets": ["digits"], "tasks": [{"forget_classes": [3]}],
                    "methods": ["GA"], "seeds": [0, 1]}]}
 

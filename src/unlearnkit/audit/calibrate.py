@@ -40,15 +40,17 @@ def _row(tag: str, rep) -> list[str]:
         for r in rs:
             if not r.probed:
                 continue
-            d, s = r.delta_lpr, r.separability_ratio
+            d, s = r.delta_auroc, r.separability_ratio
             lines.append(f"{tag:22s} {data:5s} {r.layer:12s} "
-                         f"ΔLPR {d.value:+6.2f} [{d.low:+6.2f},{d.high:+6.2f}]  "
-                         f"sep {s.value:5.2f} [{s.low:5.2f},{s.high:5.2f}]  CKA_o {r.cka_original:.3f} "
-                         f"CKA_r {r.cka_retrain:.3f}  tol {r.lpr_margin:.1f}/{r.separability_margin:.2f}")
+                         f"ΔAUROC {d.value:+6.2f} [{d.low:+6.2f},{d.high:+6.2f}]  "
+                         f"sep {s.value:5.2f} [{s.low:5.2f},{s.high:5.2f}]  ΔLPR {r.delta_lpr.value:+6.2f}  "
+                         f"CKA_o {r.cka_original:.3f} CKA_r {r.cka_retrain:.3f}  "
+                         f"tol {r.auroc_margin:.1f}/{r.separability_margin:.2f}")
     for name, res in rep.resurfacing.items():
         if res.applicable:
             lines.append(f"{tag:22s} {name}: after {res.forget_acc_after:.1f} "
-                         f"vs retrain {res.retrain_forget_acc_after:.1f}")
+                         f"vs retrain {res.retrain_forget_acc_after:.1f}"
+                         f"{'' if res.in_verdict else ' (reported only)'}")
     return lines
 
 

@@ -62,7 +62,7 @@ def audit_command(
     n_splits: int = typer.Option(20, help="probe resplits behind each ΔLPR interval"),
     audit_data: str = typer.Option("auto", help="auto | test | train: which data the verdict rests on"),
     resurface: bool = typer.Option(True, "--resurface/--no-resurface",
-                                   help="run the BatchNorm-recalibration and k-shot relearning checks"),
+                                   help="run the resurfacing checks (BatchNorm recalibration, head re-fit, k-shot relearning)"),
     idi: bool = typer.Option(False, "--idi/--no-idi",
                              help="also estimate IDI (Jeon et al.): trains InfoNCE critics per layer and model, "
                                   "about a minute on mnist5k with the small CNN"),
@@ -72,6 +72,7 @@ def audit_command(
     """Did the unlearned model really forget? Verdict, evidence, per-layer numbers and plots."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from ..data.datasets import load_dataset
     from ..data.splits import ForgetSpec, make_split
@@ -86,7 +87,8 @@ def audit_command(
         raise UserError("give at least one --retrained checkpoint (a model retrained without the forget set)")
     try:
         config = AuditConfig(center=center, confidence=confidence, n_splits=n_splits, audit_data=audit_data,
-                             bn_recalibration=resurface, relearn=resurface, n_jobs=jobs, idi=idi)
+                             bn_recalibration=resurface, head_refit=resurface, relearn=resurface,
+                             n_jobs=jobs, idi=idi)
     except (TypeError, ValueError) as e:
         raise UserError(str(e)) from None
     dev = resolve_device(device)
@@ -114,18 +116,19 @@ def audit_command(
     console.print(f"verdict: [{style}]{report.verdict}[/] (rests on the {report.rests_on} data: "
                   f"{report.rests_on_reason})")
     for line in report.evidence:
-        console.print(f"  - {line}", highlight=False)
+        console.print(f"  - {line}", highlight=False, markup=False)
     table = Table(title=f"layers, {report.rests_on} data", show_lines=False)
-    for col in ("layer", "LPR", "ΔLPR [CI]", "sep. ratio [CI]", "CKA orig.", "CKA retr.", "tolerance"):
+    for col in ("layer", "ΔAUROC [CI]", "sep. ratio [CI]", "LPR (Mirage)", "CKA orig.", "CKA retr.", "tolerance"):
         table.add_column(col)
     for r in report.layers[report.rests_on]:
+        name = Text(r.layer)  # a user's layer name is printed literally, never as markup
         if r.probed:
-            d, s = r.delta_lpr, r.separability_ratio
-            table.add_row(r.layer, f"{r.lpr:.1f}", f"{d.value:+.1f} [{d.low:+.1f}, {d.high:+.1f}]",
-                          f"{s.value:.2f} [{s.low:.2f}, {s.high:.2f}]", f"{r.cka_original:.3f}",
-                          f"{r.cka_retrain:.3f}", f"{r.lpr_margin:.1f} / {r.separability_margin:.2f}x")
+            d, s = r.delta_auroc, r.separability_ratio
+            table.add_row(name, f"{d.value:+.1f} [{d.low:+.1f}, {d.high:+.1f}]",
+                          f"{s.value:.2f} [{s.low:.2f}, {s.high:.2f}]", f"{r.lpr:.1f}", f"{r.cka_original:.3f}",
+                          f"{r.cka_retrain:.3f}", f"{r.auroc_margin:.1f} / {r.separability_margin:.2f}x")
         else:
-            table.add_row(r.layer, "n/a", "too few samples", "", f"{r.cka_original:.3f}",
+            table.add_row(name, "too few samples", "", "n/a", f"{r.cka_original:.3f}",
                           f"{r.cka_retrain:.3f}", "")
     console.print(table)
     paths = write_audit(report, out)

@@ -76,8 +76,10 @@ class AuditConfig:
     sklearn on the CPU (where the two cost about the same). ``n_jobs`` parallel probe threads (None:
     the CPU count, at most 4).
 
-    **CKA.** ``center=True``: Kornblith's centered linear CKA; ``center=False`` reproduces Mirage's
-    uncentered code. One subsample of <= ``cka_max_samples`` rows (seed ``cka_seed``) for every pair.
+    **CKA** (reported, not read by the verdict). ``center=True``: Kornblith's centered linear CKA
+    on *standardised* units (each unit mean 0, variance 1), so rescaling or permuting units does not
+    move it (plain CKA fell 1.000 -> 0.44 for a rescaled copy of the same function); it is not
+    invariant to mixing units. ``center=False`` reproduces Mirage's uncentered code on raw features. One subsample of <= ``cka_max_samples`` rows (seed ``cka_seed``) for every pair.
 
     **Audit data.** Both the test set and the training split's forget-vs-retain data are probed
     (random/indices forgetting: Mirage's 1:1 sample-level draw of <= ``sample_level_max_per_side``
@@ -90,48 +92,51 @@ class AuditConfig:
     ``min_forget`` (10): below it nothing is certified (a 70/30 split leaves <= 3 held-out forget
     rows; balanced accuracy then moves in steps of >= 16 points).
 
-    **Tolerances (representation).** Each layer's excess over retrain is judged by two statistics:
-    ΔLPR, and the Fisher separability ratio F_unlearned / F_retrain (bootstrap interval), which
-    does not saturate. ΔLPR alone does NOT suffice: a retrained model separates an unseen digit at
-    92-98 % LPR, the masked original at 98-100 %, so the masked original's deep-layer ΔLPR was only
-    +1.3..+3.7 points and the lower end of its interval never cleared the 2-point tolerance (it was
-    <= 0 on 5 of the 8 layer x data x dataset cells), while its separability ratio was 1.9-6.5x at
-    block3/penultimate against 0.96-1.36x for retrained seeds. A layer counts as residual when the
-    lower end of an interval exceeds its tolerance:
+    **The verdict's statistic (representation).** Per layer, the separability ratio
+    D²_unlearned / D²_retrain of the Mahalanobis (LDA-form) Fisher separability
+    D² = Δμᵀ (Σ_w + ``separability_ridge`` Σ_t)⁺ Δμ (:mod:`unlearnkit.metrics.lda`), with a paired
+    stratified bootstrap percentile interval of ``n_bootstrap`` (2000) draws. It is invariant to any
+    function-preserving reparametrisation of the network (per-unit rescaling, permutation, invertible
+    mixing of units that the next linear layer compensates) and it does not saturate.
 
-    * deep layers (the last half of the audit layers: block3, penultimate for small_cnn):
-      ``lpr_margin`` = 2.0 points (largest retrain-vs-retrain |ΔLPR| measured at a deep layer: 1.9)
-      and ``separability_margin`` = 1.6x (geometric midpoint of the largest retrain ratio, 1.36, and
-      the smallest masked ratio, 1.88, both mnist5k block3);
-    * shallow layers (the first ``shallow_layers``, default half): ``shallow_lpr_margin`` = 10
-      points and ``shallow_separability_margin`` = 4.0x, because retrained seeds disagree most there
-      (block1 on digits: ΔLPR up to +9.5 with a lower interval end of +3.0, separability up to
-      3.0x); on these data the shallow layers therefore never decide, the deep ones catch the
-      masked original;
-    * with k >= 2 retrained references, each layer's tolerances become max(default,
-      ``spread_factor`` (2) x the largest deviation of one reference from the mean of the others):
-      the spread only widens them (two seeds can agree by chance: 1.15x at block1 while a third
-      seed differed by 1.6x).
+    Reported beside it, read by no rule: ΔAUROC, the held-out AUROC (points) of the same LDA
+    discriminant fitted on each resplit's 70 % and read on its 30 % (threshold-free: Mirage's balanced
+    accuracy at 0 moved to 62.8 % on a 1:9 case whose AUROC was 0.88; but it saturates at 99 %+ for a
+    retrain at the deep layers, and fitted in ~128 dimensions on a few hundred rows it is
+    ill-conditioned enough that float32 rounding moved it by a held-out pair); Mirage's own LPR / ΔLPR
+    (StandardScaler + logistic probe, balanced accuracy) and trace-form F, as the paper defines them
+    (the trace form moved 5.98x -> 0.78x under a per-channel rescaling that left every prediction
+    unchanged).
 
-    Sample-level forgetting counts deviations in both directions. A positive control guards
-    ``erased``: the original, measured the same way, must itself exceed the tolerance somewhere
-    and the unlearned model's interval must stay below the original's level there; otherwise the
-    verdict is ``inconclusive``, with a rough forget-set size that would decide (intervals narrow
-    as 1/sqrt(n)).
+    **Tolerance.** ``separability_margin`` = 2.0x at every layer (``CALIBRATION``: retrained seeds
+    reach at most ~1.5x with upper interval ends <= 1.7x; the masked original 2.8-5.2x at the
+    penultimate layer). ``auroc_margin`` = 5 points is the reported ΔAUROC's reference line. With
+    k >= 2 retrained references, each layer's tolerances become max(default, ``spread_factor`` (2) x
+    the largest deviation of one reference from the mean of the others): the spread only widens them.
 
-    **Output level.** ``collapse_margin`` = 20 points: retain / test-retain accuracy, or the
-    penultimate k-NN (``knn_k`` = 20) test-retain accuracy, this far below retrain's is
-    ``collapsed`` (weights noised by 1.0 x their std: retain accuracy 21 % digits, 15 % mnist5k; by
-    0.3 x: 8 points below, not collapsed). ``not_forgotten_margin`` = 10 points of forget accuracy
-    above retrain's, also significant by a one-sided two-proportion z-test.
+    **The verdict's tests** (:mod:`unlearnkit.audit.verdict`). Every (audit data, layer) is one
+    comparison; class forgetting asks "beyond retrain x tolerance" (one-sided), sample-level
+    forgetting asks for a deviation in either direction. ``suppressed`` needs a comparison whose
+    Holm-adjusted p-value (over the whole family, both audit data) is below 1 − ``confidence``, so a
+    genuine retrain is flagged in at most 5 % of audits. ``erased`` is an equivalence claim
+    (intersection-union test, no correction needed): on the data the verdict rests on, every
+    layer's interval lies inside the tolerance, and the positive control (the original, measured the
+    same way) is clear of it at some layer.
 
     **Resurfacing.** ``bn_recalibration``: BatchNorm statistics re-estimated on ``bn_samples`` =
     1024 retained training rows (PURGE's momentum-0.1 recalibration effectively averages the last
-    ~10 batches of 128); ``relearn``: ``relearn_steps`` = 10 SGD steps, lr ``relearn_lr`` = 0.01,
-    on ``relearn_k`` = 5 examples per class; forget accuracy after either attack is measured on at
-    most ``resurface_max_forget`` = 1000 forget rows. Either one recovering forget accuracy more than
-    ``resurface_margin`` = 20 points above what retrain recovers under the same attack makes the
-    verdict ``suppressed`` (measured: retrain 0 %, a gradient-ascent model 95 % / 90 %).
+    ~10 batches of 128); ``head_refit``: the head re-fitted with the body frozen from
+    ``head_refit_shots`` = 1 example of the forgotten class (and the retained training data, at most
+    ``head_refit_max_retain`` rows), averaged over ``head_refit_draws`` = 20 draws of the shot
+    (:func:`unlearnkit.metrics.lda.fewshot_recovery`; invariant like the statistics above). Forget
+    accuracy after BN recalibration (on at most ``resurface_max_forget`` = 1000 forget rows) more
+    than ``resurface_margin`` = 20 points above what retrain recovers, or head re-fit recovery more
+    than ``head_refit_margin`` = 35 points above retrain's, makes the verdict ``suppressed``
+    (``CALIBRATION``: one shot recovers the class at 98 % (digits) / 65 % (mnist5k) from the
+    original's body, 13-40 % / 24-33 % from retrained bodies). ``relearn`` (``relearn_steps`` = 10
+    SGD steps, lr ``relearn_lr`` = 0.01, on ``relearn_k`` = 5 examples per class) is reported only:
+    SGD depends on the parametrisation (scaling a layer up scales its effective step), so a
+    function-preserving change could move it.
 
     **IDI** (``idi=True``; off by default because it trains critics: 3 models x layers x
     ``idi_trials``; ``unlearnkit audit --idi`` and ``unlearnkit run --idi`` turn it on). Per layer an
@@ -165,13 +170,11 @@ class AuditConfig:
     sample_level_max_per_side: int = 2500
     min_forget: int = 10
     # --- tolerances of the representation verdict -----------------------------------------------
-    lpr_margin: float = 2.0
-    separability_margin: float = 1.6
-    shallow_lpr_margin: float = 10.0
-    shallow_separability_margin: float = 4.0
-    shallow_layers: int | None = None
+    auroc_margin: float = 5.0
+    separability_margin: float = 2.0
+    separability_ridge: float = 0.01
     spread_factor: float = 2.0
-    n_bootstrap: int = 200
+    n_bootstrap: int = 2000
     # --- output-level verdicts -----------------------------------------------------------------
     collapse_margin: float = 20.0
     not_forgotten_margin: float = 10.0
@@ -180,6 +183,11 @@ class AuditConfig:
     # --- resurfacing checks ----------------------------------------------------------------------
     bn_recalibration: bool = True
     bn_samples: int = 1024
+    head_refit: bool = True
+    head_refit_shots: int = 1
+    head_refit_draws: int = 20
+    head_refit_margin: float = 35.0
+    head_refit_max_retain: int = 5000
     relearn: bool = True
     relearn_k: int = 5
     relearn_steps: int = 10
@@ -217,16 +225,16 @@ class AuditConfig:
             raise UserError(f"test_size must be in (0, 1), got {self.test_size}")
         if self.separability_margin < 1.0:
             raise UserError("separability_margin is a ratio to retrain and must be >= 1")
-        if self.shallow_separability_margin < 1.0:
-            raise UserError("separability margins are ratios to retrain and must be >= 1")
-        if self.shallow_layers is not None and self.shallow_layers < 0:
-            raise UserError("shallow_layers must be >= 0")
-        for name in ("lpr_margin", "shallow_lpr_margin", "spread_factor", "collapse_margin",
-                     "not_forgotten_margin", "resurface_margin"):
+        if self.n_bootstrap < 1000:
+            raise UserError(f"n_bootstrap must be at least 1000 (the suppressed flag corrects for 2 x layers "
+                            f"comparisons: p-values below 0.005 need that resolution), got {self.n_bootstrap}")
+        for name in ("auroc_margin", "spread_factor", "collapse_margin", "separability_ridge",
+                     "not_forgotten_margin", "resurface_margin", "head_refit_margin"):
             if getattr(self, name) < 0:
                 raise UserError(f"{name} must be >= 0")
         for name in ("cka_max_samples", "max_probe_samples", "sample_level_max_per_side", "min_forget",
                      "knn_k", "bn_samples", "resurface_max_forget", "relearn_k", "relearn_steps",
+                     "head_refit_shots", "head_refit_draws", "head_refit_max_retain",
                      "batch_size", "n_bootstrap", "min_test_forget", "idi_trials", "idi_steps",
                      "idi_batch_size", "idi_max_per_side"):
             if getattr(self, name) < 1:

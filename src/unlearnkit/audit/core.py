@@ -26,8 +26,8 @@ from .idi import idi_check
 from .layers import assign_margins, measure_data
 from .memo import AuditCache
 from .report import AuditReport
-from .resurface import bn_recalibration_check, relearn_check
-from .verdict import decide
+from .resurface import bn_recalibration_check, head_refit_check, relearn_check
+from .verdict import decide, measurements
 from .vfl import transmitted_diagnostics
 
 ROLES = ("original", "unlearned", "retrained")
@@ -184,6 +184,9 @@ def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: S
         resurfacing["bn_recalibration"] = bn_recalibration_check(unlearned, refs, split,
                                                                  metrics_u["forget_acc"], config, device,
                                                                  cache, context)
+    if config.head_refit:
+        resurfacing["head_refit"] = head_refit_check(out_u, out_r, split, pen, metrics_u["forget_acc"],
+                                                     sample_level, config, cache, context)
     if config.relearn:
         resurfacing["relearn"] = relearn_check(unlearned, refs, split, metrics_u["forget_acc"], sample_level,
                                                config, device, cache, context)
@@ -195,9 +198,10 @@ def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: S
         idi = {"idi": None, "note": "not computed (AuditConfig.idi=False: it trains InfoNCE critics; "
                                     "`unlearnkit audit --idi` and `unlearnkit run --idi` compute it)"}
     t6 = time.perf_counter()
-    decision = decide(metrics_u, metrics_r, knn_u, knn_r, results, rests_on,
-                      {k: d.n_forget for k, d in datas.items()}, sample_level, resurfacing,
-                      len(split.train_forget), config)
+    measured = measurements(metrics_u, metrics_r, knn_u, knn_r, results, rests_on,
+                            {k: d.n_forget for k, d in datas.items()}, sample_level, resurfacing,
+                            len(split.train_forget), config)
+    decision = decide(measured)
 
     # a small 2-D PCA view of the penultimate features for the report's plot
     data = datas[rests_on]
@@ -217,7 +221,8 @@ def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: S
                 "retrained": {"outputs": metrics_r, "knn": knn_r, "n": len(refs),
                               "per_reference": metrics_refs, **representation["retrained"]}},
         resurfacing=resurfacing, idi=idi, config=config, sample_level=sample_level, penultimate=pen,
-        embedding=embedding, transmitted=transmitted_diagnostics(unlearned, results, rests_on, sample_level),
+        embedding=embedding, transmitted=transmitted_diagnostics(unlearned, results, measured),
+        family=measured.comparisons,
         timing={"forward_s": t_forward, "output_metrics_s": t2 - t1, "layers_s": t3 - t2,
                 "knn_fid_s": t4 - t3, "resurfacing_s": t5 - t4, "idi_s": t6 - t5, "total_s": time.perf_counter() - t0},
         task={"forget": split.spec.to_dict(), "split_hash": split.split_hash, "dataset": split.dataset.name,

@@ -91,7 +91,8 @@ def train_data(split, config: AuditConfig) -> AuditData:
     n_f, n_r = len(split.train_forget), len(split.train_retain)
     is_forget = np.r_[np.ones(n_f, dtype=bool), np.zeros(n_r, dtype=bool)]
     if is_sample_level(split):
-        rows = np.sort(sample_level_subsample(is_forget, config.sample_level_max_per_side, config.probe_seed))
+        # in the draw's order, forget rows first, as Mirage's ``features[idx]``: its seed-42 split is split 0
+        rows = sample_level_subsample(is_forget, config.sample_level_max_per_side, config.probe_seed)
         protocol = (f"training split, 1:1 draw of {int(is_forget[rows].sum())} forget and "
                     f"{int((~is_forget[rows]).sum())} retained samples (Mirage sample-level protocol)")
     else:

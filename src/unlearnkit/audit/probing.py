@@ -1,4 +1,4 @@
-"""The audit's probes and separability bootstraps for one layer, each model measured once.
+"""The audit's probes for one layer, each model measured once.
 
 ``metrics.paired_delta_lpr`` fits both models on the same resplits; with several models (the
 unlearned one, the original, k retrained references) fitting each pair would repeat work, so here
@@ -21,8 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..metrics.lda import within_whitening
 from ..metrics.logistic import balanced_accuracy_auroc, fit_logistic_resplits
 from ..metrics.probes import paired_interval as _paired_interval
+from ..metrics.probes import paired_se
 from ..metrics.probes import stratified_split
 from .config import AuditConfig
 
@@ -40,7 +42,7 @@ def make_splits(is_forget: np.ndarray, config: AuditConfig) -> list[tuple[np.nda
     return [stratified_split(y, config.test_size, config.probe_seed + i) for i in range(config.n_splits)]
 
 
-def _masks(splits, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+def masks(splits, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     train = torch.zeros(n, len(splits), dtype=torch.bool)
     for j, (tr, _) in enumerate(splits):
         train[torch.from_numpy(tr), j] = True
@@ -109,7 +111,7 @@ def probe_scores(xs: list[np.ndarray], is_forget: np.ndarray, splits, config: Au
     solver = solver_for(config, device)
     if solver == "batched" and device is not None and torch.device(device).type == "cuda":
         y = torch.from_numpy(is_forget.astype(np.int64)).to(device)
-        train, test = (m.to(device) for m in _masks(splits, is_forget.size))
+        train, test = (m.to(device) for m in masks(splits, is_forget.size))
         return [_batched(torch.from_numpy(x).to(device), y, train, test, config) for x in xs]
     workers = min(n_workers(config), max(1, len(xs) * (len(splits) if solver == "sklearn" else 1)))
     threads = torch.get_num_threads()
@@ -125,22 +127,25 @@ def probe_scores(xs: list[np.ndarray], is_forget: np.ndarray, splits, config: Au
                 return [ProbeScores(np.array([r[0] for r in res[k * j:(k + 1) * j]]),
                                     np.array([r[1] for r in res[k * j:(k + 1) * j]])) for k in range(len(xs))]
             y = torch.from_numpy(is_forget.astype(np.int64))
-            train, test = _masks(splits, is_forget.size)
+            train, test = masks(splits, is_forget.size)
             return list(pool.map(lambda x: _batched(x, y, train, test, config), xs))
     finally:
         torch.set_num_threads(threads)
 
 
-def paired_interval(d: np.ndarray, splits, n: int, config: AuditConfig) -> tuple[float, float, float]:
-    """(mean, low, high) of per-split paired differences, by ``config.ci_method``."""
+def paired_interval(d: np.ndarray, splits, n: int, config: AuditConfig) -> tuple[float, float, float, float]:
+    """(mean, low, high, se) of per-split paired differences, by ``config.ci_method``; ``se`` is the
+    (corrected) standard error of the mean that the t-interval uses (nan for ``"percentile"``)."""
     test_frac = splits[0][1].size / n
-    lo, hi = _paired_interval(np.asarray(d, dtype=np.float64), config.confidence, config.ci_method, test_frac)
-    return float(np.mean(d)), lo, hi
+    d = np.asarray(d, dtype=np.float64)
+    lo, hi = _paired_interval(d, config.confidence, config.ci_method, test_frac)
+    return float(np.mean(d)), lo, hi, paired_se(d, config.ci_method, test_frac)
 
 
 @dataclass
 class Bootstrap:
-    """Resampling counts shared by every model: W_f (B x n_f) over forget rows, W_r over retained."""
+    """Stratified resampling counts shared by every model: W_f (B x n_f) over the forget rows,
+    W_r (B x n_r) over the retained rows (the same draws for every model: paired)."""
 
     forget_rows: np.ndarray
     retain_rows: np.ndarray
@@ -149,7 +154,7 @@ class Bootstrap:
 
 
 def bootstrap_weights(is_forget: np.ndarray, config: AuditConfig) -> Bootstrap | None:
-    """Paired stratified bootstrap draws (seed ``probe_seed``); None with fewer than 2 rows a side."""
+    """``config.n_bootstrap`` paired stratified draws (seed ``probe_seed``); None with < 2 rows a side."""
     fi, ri = np.flatnonzero(is_forget), np.flatnonzero(~is_forget)
     if fi.size < 2 or ri.size < 2:
         return None
@@ -160,40 +165,23 @@ def bootstrap_weights(is_forget: np.ndarray, config: AuditConfig) -> Bootstrap |
     return Bootstrap(fi, ri, w_f, w_r)
 
 
-def _weighted_moments(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-draw means (B x d) and summed ddof=1 variances (B,) of rows x weighted by counts w."""
-    n = x.shape[0]
-    mean = w @ x / n
-    sq = w @ (x * x) / n
-    var_sum = np.maximum(sq - mean * mean, 0.0).sum(axis=1) * n / (n - 1)
-    return mean, var_sum
-
-
-def boot_separability(x: np.ndarray, boot: Bootstrap) -> np.ndarray:
-    """Fisher separability of every bootstrap draw (B,), vectorised: means and variances of all
-    draws come from W @ X and W @ X^2."""
-    x = np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
-    m_f, v_f = _weighted_moments(x[boot.forget_rows], boot.w_f)
-    m_r, v_r = _weighted_moments(x[boot.retain_rows], boot.w_r)
+def mahalanobis_draws(x: np.ndarray, is_forget: np.ndarray, boot: Bootstrap | None,
+                      config: AuditConfig) -> tuple[float, np.ndarray | None]:
+    """(D², draws): :func:`unlearnkit.metrics.lda.mahalanobis_separability` of the audit rows and of
+    every bootstrap draw (B,). The whitening is estimated once from all rows and held fixed across
+    draws (a conditional bootstrap: the group means are resampled, the metric is not); per draw the
+    means come from one matrix product W @ Z."""
+    xt = torch.nan_to_num(torch.from_numpy(np.ascontiguousarray(x)).to(torch.float64), nan=0.0, posinf=0.0,
+                          neginf=0.0)
+    y = torch.from_numpy(is_forget)
+    if int(y.sum()) < 2 or int((~y).sum()) < 2:
+        return float("nan"), None
+    z = (xt @ within_whitening(xt, y, config.separability_ridge)).numpy()
+    d = z[is_forget].mean(0) - z[~is_forget].mean(0)
+    full = float(d @ d)
+    if boot is None:
+        return full, None
+    m_f = boot.w_f @ z[boot.forget_rows] / boot.forget_rows.size
+    m_r = boot.w_r @ z[boot.retain_rows] / boot.retain_rows.size
     diff = m_f - m_r
-    return np.einsum("bd,bd->b", diff, diff) / (v_f + v_r + 1e-10)
-
-
-def separability_ratio(f_u: float, draws_u: np.ndarray | None, f_refs: list[float],
-                       draws_refs: list[np.ndarray] | None, config: AuditConfig) -> tuple[float, float, float]:
-    """F(unlearned) / mean F(retrained), with the paired bootstrap percentile interval.
-
-    The same resampled rows are used for every model, so the interval reflects the sampling noise
-    of the audit data, not the seed-to-seed variation of retraining (that is the margin's job).
-    """
-    f_r = float(np.mean(f_refs))
-    ratio = f_u / f_r if f_r > 0 else float("inf")
-    if draws_u is None or draws_refs is None:
-        return ratio, float("nan"), float("nan")
-    f_boot_r = np.mean(draws_refs, axis=0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        draws = np.where(f_boot_r > 0, draws_u / f_boot_r, np.inf)
-    alpha = 100.0 * (1.0 - config.confidence) / 2.0
-    lo, hi = np.percentile(draws, [alpha, 100.0 - alpha])
-    return float(ratio), float(lo), float(hi)
-
+    return full, np.einsum("bd,bd->b", diff, diff)

@@ -18,21 +18,26 @@ from .report import AuditReport
 from .vfl import transmitted_html, transmitted_markdown
 
 EXPLAIN = [
-    ("LPR", "balanced accuracy (%) of a linear probe telling forget from retained samples on this "
-            "layer's frozen features (Mirage; mean over the resplits); 50 = no information"),
-    ("ΔLPR [CI]", "LPR(unlearned) − LPR(retrained) in points, with the paired-resplit confidence "
-                  "interval of the difference; > 0 = the forget data are more recoverable than after "
-                  "retraining"),
-    ("orig. ΔLPR", "the same for the original model: the positive control, what a model that kept the "
-                   "original representation scores"),
-    ("sep. ratio [CI]", "Fisher separability ‖μ_f − μ_r‖² / (Tr Σ_f + Tr Σ_r) of the unlearned model "
-                        "divided by the retrained model's, with a bootstrap interval; 1 = like retrain"),
+    ("ΔAUROC [CI]", "held-out AUROC (points) of a linear (LDA) discriminant telling forget from retained samples "
+                    "on this layer's features, unlearned − retrained, with the paired-resplit confidence interval; "
+                    "> 0 = the forget data are more recoverable than after retraining. Read by the verdict"),
+    ("orig. ΔAUROC", "the same for the original model: the positive control, what a model that kept the "
+                     "original representation scores"),
+    ("sep. ratio [CI]", "Mahalanobis (LDA-form) Fisher separability Δμᵀ(Σ_w + 0.01 Σ_t)⁺Δμ of the unlearned "
+                        "model divided by the retrained model's, with a bootstrap interval; 1 = like retrain. "
+                        "Read by the verdict; like ΔAUROC, no rescaling, permutation or mixing of units that "
+                        "leaves the model's function unchanged can move it"),
     ("orig. sep. ratio", "the same for the original model (positive control)"),
-    ("CKA orig. / CKA retr.", "linear CKA of this layer's features to the original / retrained model on "
-                              "the same samples (1 = the same representation up to rotation and scale)"),
-    ("tolerance", "the margin a layer may exceed retrain by before it counts as residual (ΔLPR points / "
-                  "separability ratio): the default for shallow or deep layers, widened by the spread of "
-                  "several retrained references"),
+    ("LPR / ΔLPR", "Mirage's numbers, reported as the paper defines them: balanced accuracy (%) of its "
+                   "StandardScaler + logistic probe (mean over the resplits; 50 = no information) and its "
+                   "difference to retrain. Not read by the verdict"),
+    ("F", "Mirage's trace-form Fisher separability ‖μ_f − μ_r‖² / (Tr Σ_f + Tr Σ_r) of the unlearned model on "
+          "raw features. Not read by the verdict: rescaling one unit changes it"),
+    ("CKA orig. / CKA retr.", "linear CKA of this layer's standardised features to the original / retrained "
+                              "model on the same samples (1 = the same representation up to rotation and "
+                              "per-unit scale)"),
+    ("tolerance", "the margin a layer may exceed retrain by before it counts as residual (ΔAUROC points / "
+                  "separability ratio): the default, widened by the spread of several retrained references"),
     ("k-NN", "cosine k-NN accuracy (%) of penultimate features against the training features (EC)"),
     ("FID_feat", "Fréchet distance of penultimate forget-set features to the retrained model's (PURGE; "
                  "audit.json also has the distance to the original's)"),
@@ -59,18 +64,19 @@ def _ci(lo, hi, fmt="{:+.1f}") -> str:
 
 
 def layer_rows(d: dict) -> tuple[list[str], list[list[str]]]:
-    header = ["layer", "LPR", "ΔLPR [CI]", "orig. ΔLPR", "sep. ratio [CI]", "orig. sep. ratio", "F",
-              "CKA orig.", "CKA retr.", "tolerance"]
+    header = ["layer", "ΔAUROC [CI]", "orig. ΔAUROC", "sep. ratio [CI]", "orig. sep. ratio", "LPR", "ΔLPR [CI]",
+              "F", "CKA orig.", "CKA retr.", "tolerance"]
     rows = []
     for name, v in d["layers"].items():
+        aci = v.get("delta_auroc_ci") or [None, None]
         ci = v.get("delta_lpr_ci") or [None, None]
         sci = v.get("separability_ratio_ci") or [None, None]
         rows.append([
-            name, _f(v["lpr"], "{:.1f}"), _f(v["delta_lpr"], "{:+.1f}") + _ci(*ci),
-            _f(v["delta_lpr_original"], "{:+.1f}"),
+            name, _f(v.get("delta_auroc"), "{:+.1f}") + _ci(*aci), _f(v.get("delta_auroc_original"), "{:+.1f}"),
             _f(v["separability_ratio"]) + _ci(*sci, fmt="{:.2f}"), _f(v["separability_ratio_original"]),
+            _f(v["lpr"], "{:.1f}"), _f(v["delta_lpr"], "{:+.1f}") + _ci(*ci),
             _f(v["separability"], "{:.3f}"), _f(v["cka_original"], "{:.3f}"), _f(v["cka_retrain"], "{:.3f}"),
-            f"{_f(v['lpr_margin'], '{:.1f}')} pts / {_f(v['separability_margin'])}x",
+            f"{_f(v.get('auroc_margin'), '{:.1f}')} pts / {_f(v['separability_margin'])}x",
         ])
     return header, rows
 
@@ -171,7 +177,7 @@ def _png(fig) -> str:
 
 
 def figures(report: AuditReport) -> dict[str, str]:
-    """Base64 PNGs: ``delta_lpr``, ``separability``, ``cka``, ``embedding``."""
+    """Base64 PNGs: ``delta_auroc``, ``separability``, ``cka``, ``embedding``."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -180,7 +186,7 @@ def figures(report: AuditReport) -> dict[str, str]:
     figs = {}
     names = report.layer_names
     x = list(range(len(names)))
-    # 1. layer-wise ΔLPR with CIs (both audit data), the original as positive control, tolerance
+    # 1. layer-wise ΔAUROC with CIs (both audit data), the original as positive control, tolerance
     fig, ax = plt.subplots(figsize=(7, 3.6))
     offsets = {"test": -0.12, "train": 0.12}
     for data, rs in report.layers.items():
@@ -189,21 +195,21 @@ def figures(report: AuditReport) -> dict[str, str]:
         if not pts:
             continue
         xs = [i + off for i, _ in pts]
-        vals = [r.delta_lpr.value for _, r in pts]
-        err = [[r.delta_lpr.value - r.delta_lpr.low for _, r in pts], [r.delta_lpr.high - r.delta_lpr.value
-                                                                      for _, r in pts]]
+        vals = [r.delta_auroc.value for _, r in pts]
+        err = [[r.delta_auroc.value - r.delta_auroc.low for _, r in pts],
+               [r.delta_auroc.high - r.delta_auroc.value for _, r in pts]]
         ax.errorbar(xs, vals, yerr=err, fmt="o", capsize=4, label=f"unlearned ({data} data)")
-        ax.plot(xs, [r.delta_lpr_original.value for _, r in pts], "x", color="grey",
+        ax.plot(xs, [r.delta_auroc_original.value for _, r in pts], "x", color="grey",
                 label=f"original ({data} data)" if data == report.rests_on else None)
     rs = report.layers[report.rests_on]
-    ax.step([i - 0.5 for i in x] + [len(x) - 0.5], [r.lpr_margin for r in rs] + [rs[-1].lpr_margin],
+    ax.step([i - 0.5 for i in x] + [len(x) - 0.5], [r.auroc_margin for r in rs] + [rs[-1].auroc_margin],
             where="post", color="red", ls="--", lw=1, label="tolerance")
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(x, names)
-    ax.set_ylabel("ΔLPR vs retrain (points)")
-    ax.set_title(f"Layer-wise ΔLPR, {report.config.confidence:.0%} CI — verdict: {report.verdict}")
+    ax.set_ylabel("ΔAUROC vs retrain (points)")
+    ax.set_title(f"Layer-wise ΔAUROC (LDA probe), {report.config.confidence:.0%} CI — verdict: {report.verdict}")
     ax.legend(fontsize=7)
-    figs["delta_lpr"] = _png(fig)
+    figs["delta_auroc"] = _png(fig)
     # 2. separability ratio to retrain per layer (log scale), CIs, the original, tolerance
     fig, ax = plt.subplots(figsize=(7, 3.4))
     for data, rs_ in report.layers.items():
@@ -225,7 +231,7 @@ def figures(report: AuditReport) -> dict[str, str]:
     ax.axhline(1, color="black", lw=0.8)
     ax.set_yscale("log")
     ax.set_xticks(x, names)
-    ax.set_ylabel("Fisher separability / retrain's")
+    ax.set_ylabel("Mahalanobis separability / retrain's")
     ax.set_title("Separability of the forget data relative to retrain")
     ax.legend(fontsize=7)
     figs["separability"] = _png(fig)
@@ -283,7 +289,7 @@ def audit_html(report: AuditReport) -> str:
         f"<p>The verdict rests on the <b>{html.escape(d['rests_on'])}</b> data: "
         f"{html.escape(d['rests_on_reason'])}. CKA: {html.escape(d['cka'])}.</p>",
         "<h2>Evidence</h2><ul>" + "".join(f"<li>{html.escape(e)}</li>" for e in d["evidence"]) + "</ul>",
-        f"<img alt='layer-wise delta LPR' src='data:image/png;base64,{figs['delta_lpr']}'>",
+        f"<img alt='layer-wise delta AUROC' src='data:image/png;base64,{figs['delta_auroc']}'>",
         f"<img alt='separability ratio per layer' src='data:image/png;base64,{figs['separability']}'>",
         f"<img alt='CKA per layer' src='data:image/png;base64,{figs['cka']}'>",
     ]

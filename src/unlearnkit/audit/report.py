@@ -44,9 +44,12 @@ def _iv(i: Interval | None) -> tuple[float | None, list | None]:
 
 
 def layer_dict(r: LayerResult) -> dict:
+    """One layer's numbers for JSON. The verdict reads ``delta_auroc`` and ``separability_ratio``
+    (invariant statistics); ``lpr``/``delta_lpr``/``separability`` are Mirage's, reported."""
     d_lpr, d_lpr_ci = _iv(r.delta_lpr)
     d_o, d_o_ci = _iv(r.delta_lpr_original)
     d_au, d_au_ci = _iv(r.delta_auroc)
+    d_auo, d_auo_ci = _iv(r.delta_auroc_original)
     s_r, s_r_ci = _iv(r.separability_ratio)
     s_o, s_o_ci = _iv(r.separability_ratio_original)
     return {
@@ -54,14 +57,25 @@ def layer_dict(r: LayerResult) -> dict:
         "cka_original": r.cka_original, "cka_retrain": r.cka_retrain, "separability": r.separability,
         "lpr_auroc": r.lpr_auroc, "lpr_retrained": r.lpr_retrained, "lpr_original": r.lpr_original,
         "delta_lpr_original": d_o, "delta_lpr_original_ci": d_o_ci,
+        "auroc": r.auroc, "auroc_retrained": r.auroc_retrained, "auroc_original": r.auroc_original,
         "delta_auroc": d_au, "delta_auroc_ci": d_au_ci,
+        "delta_auroc_original": d_auo, "delta_auroc_original_ci": d_auo_ci,
         "separability_retrained": r.separability_retrained, "separability_original": r.separability_original,
+        "mahalanobis": r.mahalanobis, "mahalanobis_retrained": r.mahalanobis_retrained,
+        "mahalanobis_original": r.mahalanobis_original,
         "separability_ratio": s_r, "separability_ratio_ci": s_r_ci,
         "separability_ratio_original": s_o, "separability_ratio_original_ci": s_o_ci,
         "cka_retrain_original": r.cka_retrain_original, "cka_between_retrained": r.cka_between_retrained,
-        "lpr_margin": r.lpr_margin, "separability_margin": r.separability_margin,
+        "auroc_margin": r.auroc_margin, "separability_margin": r.separability_margin,
         "margin_source": r.margin_source, "probed": r.probed,
     }
+
+
+FAMILY_NOTE = ("suppressed: any comparison's Holm-adjusted p-value (H0: within tolerance of retrain; "
+               "one-sided for class forgetting, two-sided for sample-level) below 1 - confidence, over "
+               "every comparison of both audit data; erased: intersection-union equivalence test, every "
+               "comparison's interval on the data the verdict rests on inside its tolerance, and the "
+               "original's interval clear of it somewhere (positive control)")
 
 
 @dataclass
@@ -86,6 +100,7 @@ class AuditReport:
     timing: dict = field(default_factory=dict)
     task: dict = field(default_factory=dict)
     transmitted: dict = field(default_factory=dict)  # VFL models: audit/vfl.py
+    family: tuple = ()  # verdict.Comparison: every test the verdict ran, with raw and Holm p-values
 
     def layer(self, name: str, data: str | None = None) -> LayerResult:
         for r in self.layers[data or self.rests_on]:
@@ -111,8 +126,11 @@ class AuditReport:
                            for name, rs in self.layers.items()},
             "models": self.models,
             "resurfacing": {k: v.to_dict() for k, v in self.resurfacing.items()},
+            "tests": {"family": [c.to_dict() for c in self.family], "size": len(self.family),
+                      "correction": "holm", "alpha": 1.0 - self.config.confidence, "rule": FAMILY_NOTE},
             "idi": self.idi,
-            "cka": "centered (Kornblith 2019)" if self.config.center else "uncentered (Mirage code)",
+            "cka": ("centered (Kornblith 2019), on standardised units" if self.config.center
+                    else "uncentered (Mirage code)"),
             "sample_level": self.sample_level,
             "penultimate_layer": self.penultimate,
             "task": self.task,

@@ -9,9 +9,8 @@ features are the concatenated passive embeddings (``mirage_lib.py::extract_featu
 A VFL model (:mod:`unlearnkit.models.vfl`) lists those taps in ``unlearnkit_transmitted`` (each
 party's embedding and their concatenation, ``embedding``); the audit measures them like every other
 layer, and this module pulls them out: their numbers on the data the verdict rests on, and which of
-them still separate the forget data beyond retrain under the verdict's own rule
-(:func:`unlearnkit.audit.verdict.exceeds` on the same intervals and tolerances). Nothing is measured
-twice. Models without the attribute get an empty dict (no section).
+them the verdict flags (Holm-adjusted p below 1 − confidence on the data the verdict rests on,
+the very comparisons :func:`unlearnkit.audit.verdict.suppressed` reads). Nothing is measured twice. Models without the attribute get an empty dict (no section).
 """
 from __future__ import annotations
 
@@ -20,18 +19,18 @@ from torch import nn
 from ..models.vfl import transmitted_layers
 from .layers import LayerResult
 from .report import layer_dict
-from .verdict import exceeds, findings
+from .verdict import Measurements
 
 
-def transmitted_diagnostics(model: nn.Module, results: dict[str, list[LayerResult]], rests_on: str,
-                            sample_level: bool) -> dict:
+def transmitted_diagnostics(model: nn.Module, results: dict[str, list[LayerResult]], m: Measurements) -> dict:
     """``{"layers", "data", "flagged", "summary", "per_layer"}`` for a VFL model, else ``{}``."""
+    rests_on, sample_level = m.rests_on, m.sample_level
     names = [n for n in transmitted_layers(model) if any(r.layer == n for r in results[rests_on])]
     if not names:
         return {}
     rows = {r.layer: r for r in results[rests_on] if r.layer in names}
-    flagged = sorted({f.layer for f in findings(list(rows.values()))
-                      if exceeds(f.low, f.high, f.margin, sample_level)}, key=names.index)
+    flagged = sorted({c.layer for c in m.on(rests_on) if c.layer in rows and c.p_holm < m.alpha},
+                     key=names.index)
     what = "the forget samples" if sample_level else "the forgotten class"
     if flagged:
         worst = rows[flagged[-1]]
@@ -39,7 +38,7 @@ def transmitted_diagnostics(model: nn.Module, results: dict[str, list[LayerResul
         summary = (f"what the passive parties transmit still separates {what} beyond retrain at "
                    f"{', '.join(flagged)}: e.g. {worst.layer} LPR {worst.lpr:.1f}% vs retrain's "
                    f"{worst.lpr_retrained:.1f}% (ΔLPR {d.value:+.1f} [{d.low:+.1f}, {d.high:+.1f}]), separability "
-                   f"{worst.separability_ratio.value:.2f}x retrain's")
+                   f"{worst.separability_ratio.value:.2f}x retrain's (Mahalanobis)")
     else:
         e = rows.get("embedding") or rows[names[-1]]
         summary = (f"no transmitted embedding separates {what} beyond retrain's tolerance ({e.layer}: LPR "

@@ -156,7 +156,7 @@ def mia_auroc_components(
     member_labels: Any,
     nonmember_logits: Any,
     nonmember_labels: Any,
-    truncate: str = "both",
+    truncate: str = "nonmember",
 ) -> dict[str, float]:
     """PURGE's MIA AUROCs as ``{"loss": …, "confidence": …, "mean": …}`` (each in [0, 1]).
 
@@ -164,10 +164,11 @@ def mia_auroc_components(
     softmax probability; AUROC (``roc_auc_score``) of each with members as the positive class;
     "mean" is their average (PURGE's "MIA (average)", ideal 0.5).
 
-    ``truncate="both"`` (default) keeps the first min(n_member, n_nonmember) rows of each side.
-    ``truncate="nonmember"`` reproduces the reference code exactly: only the non-members are
-    cut to the first n_member rows (with PURGE's 5000 members vs 1000 non-members this cuts
-    nothing). AUROC does not depend on the class ratio in expectation, so the two agree closely.
+    ``truncate="nonmember"`` (default) reproduces the reference code exactly: only the non-members
+    are cut to the first n_member rows (with PURGE's 5000 members vs 1000 non-members this cuts
+    nothing; every member is scored). ``truncate="both"`` keeps the first min(n_member, n_nonmember)
+    rows of each side (a balanced variant; AUROC does not depend on the class ratio in
+    expectation, so the two agree closely, but "both" discards members).
     All values are ``nan`` when either side is empty (the reference returns 0.5 there).
     """
     from sklearn.metrics import roc_auc_score
@@ -202,7 +203,7 @@ def mia_auroc(
     member_labels: Any,
     nonmember_logits: Any,
     nonmember_labels: Any,
-    truncate: str = "both",
+    truncate: str = "nonmember",
 ) -> float:
     """PURGE MIA: mean of the loss-AUROC and confidence-AUROC, in [0, 1] (0.5 ideal).
 

@@ -139,6 +139,21 @@ def sample_level_subsample(is_forget: Any, max_per_side: int = 2500, seed: int =
     return np.concatenate([f_sub, r_sub]).astype(np.int64)
 
 
+def paired_se(d: np.ndarray, method: str, test_frac: float) -> float:
+    """Standard error of the mean of per-split paired differences ``d``: Nadeau & Bengio's
+    corrected sd(d) * sqrt(1/J + n_test/n_train) (``"corrected_t"``), the plain sd(d)/sqrt(J)
+    (``"t"``); nan for ``"percentile"`` or fewer than 2 splits."""
+    j = d.size
+    if method == "percentile" or j < 2:
+        return float("nan")
+    var = np.var(d, ddof=1)
+    if method == "corrected_t":  # Nadeau & Bengio (2003): overlapping resplits are correlated
+        var *= 1.0 / j + test_frac / (1.0 - test_frac)
+    else:
+        var /= j
+    return float(np.sqrt(var))
+
+
 def paired_interval(d: np.ndarray, confidence: float, method: str, test_frac: float) -> tuple[float, float]:
     """(low, high) of the mean of per-split paired differences ``d`` (see ``paired_delta_lpr``)."""
     from scipy import stats
@@ -147,15 +162,9 @@ def paired_interval(d: np.ndarray, confidence: float, method: str, test_frac: fl
         alpha = 100.0 * (1.0 - confidence) / 2.0
         lo, hi = np.percentile(d, [alpha, 100.0 - alpha])
         return float(lo), float(hi)
-    j = d.size
-    if j < 2:
+    if d.size < 2:
         return float("nan"), float("nan")
-    var = np.var(d, ddof=1)
-    if method == "corrected_t":  # Nadeau & Bengio (2003): overlapping resplits are correlated
-        var *= 1.0 / j + test_frac / (1.0 - test_frac)
-    else:
-        var /= j
-    half = stats.t.ppf(0.5 + confidence / 2.0, df=j - 1) * np.sqrt(var)
+    half = stats.t.ppf(0.5 + confidence / 2.0, df=d.size - 1) * paired_se(d, method, test_frac)
     return float(d.mean() - half), float(d.mean() + half)
 
 

@@ -209,11 +209,12 @@ def layer_table(block: Block, methods: dict[str, list[Record]]) -> Table:
                          c.cell(block, m, audited, layer("cka_retrain", name), "cka_retrain", "{:.3f}",
                                 layer_name=name),
                          c.cell(block, m, audited, layer("separability_ratio", name), "separability_ratio",
-                                "{:.2f}", layer_name=name)])
+                                "{:.2f}", layer_name=name, interval="separability_ratio_ci")])
     return Table("layers", f"Layer by layer: {block_name(block)}",
-                 "Every audited layer, on the audit data of the verdict: ΔLPR [interval as in the Mirage table], "
-                 "centered linear CKA to the original and to retrain, Fisher separability over retrain's.",
-                 ["method", "layer", "ΔLPR (%) [CI]", "CKA orig.", "CKA retr.", "sep. ratio"], rows, block,
+                 "Every audited layer, on the audit data of the verdict: Mirage's ΔLPR [interval as in the Mirage "
+                 "table], linear CKA (standardised units) to the original and to retrain, and the statistic the "
+                 "verdict reads: the Mahalanobis separability over retrain's [bootstrap interval for one seed].",
+                 ["method", "layer", "ΔLPR (%) [CI]", "CKA orig.", "CKA retr.", "sep. ratio [CI]"], rows, block,
                  c.values)
 
 

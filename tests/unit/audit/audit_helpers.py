@@ -80,7 +80,7 @@ def bn_masked(model, split, k=48, shift=10.0):
     return m
 
 
-FAST = dict(n_splits=5, bn_recalibration=False, relearn=False)
+FAST = dict(n_splits=5, bn_recalibration=False, head_refit=False, relearn=False)
 
 
 def cached_audit(cache, key, *args, **kwargs):
@@ -90,3 +90,95 @@ def cached_audit(cache, key, *args, **kwargs):
         with single_thread():
             cache[key] = audit(*args, **kwargs)
     return cache[key]
+
+
+# --- function-preserving reparametrisations of small_cnn (issue: "The verdict can be fooled") ---------
+# Each returns a copy whose logits equal the model's (up to float rounding) but whose weights, and the
+# features at the audit layers, differ: what a method author who wants a good score could hand in.
+
+def _log_uniform(n, gen, lo=-2.0, hi=2.0):
+    return 10.0 ** (lo + (hi - lo) * torch.rand(n, generator=gen, dtype=torch.float64))
+
+
+def _bn_stages(m):
+    """(BatchNorm, the layer that reads its ReLU output) pairs of small_cnn, and the fc1 -> fc pair."""
+    return [(m.block1[1], m.block1[3]), (m.block1[4], m.block2[0]), (m.block2[1], m.block3[0]),
+            (m.block3[1], m.fc1[0])]
+
+
+def rescaled(model, seed=0):
+    """Every BatchNorm channel's output multiplied by c > 0 (weight and bias), the next layer's input
+    channel divided by c (ReLU and max/avg pooling commute with positive scaling); the same for the
+    hidden units of fc1 and the head. Scales 10^U(-2, 2)."""
+    m = copy.deepcopy(model).double()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for bn, nxt in _bn_stages(m):
+            c = _log_uniform(bn.num_features, g)
+            bn.weight.mul_(c)
+            bn.bias.mul_(c)
+            shape = (1, -1) + (1,) * (nxt.weight.dim() - 2)
+            nxt.weight.div_(c.view(shape))
+        lin, head = m.fc1[0], m.fc
+        c = _log_uniform(lin.out_features, g)
+        lin.weight.mul_(c[:, None])
+        lin.bias.mul_(c)
+        head.weight.div_(c[None, :])
+    return m.float()
+
+
+def permuted(model, seed=0):
+    """Every conv's output channels (with their BatchNorm) and fc1's hidden units permuted, the next
+    layer's inputs permuted to match."""
+    m = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    convs = [(m.block1[0], m.block1[1], m.block1[3]), (m.block1[3], m.block1[4], m.block2[0]),
+             (m.block2[0], m.block2[1], m.block3[0]), (m.block3[0], m.block3[1], m.fc1[0])]
+    with torch.no_grad():
+        for conv, bn, nxt in convs:
+            p = torch.randperm(conv.out_channels, generator=g)
+            conv.weight.copy_(conv.weight[p])
+            for t in (bn.weight, bn.bias, bn.running_mean, bn.running_var):
+                t.copy_(t[p])
+            nxt.weight.copy_(nxt.weight[:, p])
+        lin, head = m.fc1[0], m.fc
+        p = torch.randperm(lin.out_features, generator=g)
+        lin.weight.copy_(lin.weight[p])
+        lin.bias.copy_(lin.bias[p])
+        head.weight.copy_(head.weight[:, p])
+    return m
+
+
+def _invertible(n, gen):
+    """A random orthogonal matrix times a diagonal in [0.5, 2]: condition number <= 4."""
+    q, _ = torch.linalg.qr(torch.randn(n, n, generator=gen, dtype=torch.float64))
+    d = 0.5 + 1.5 * torch.rand(n, generator=gen, dtype=torch.float64)
+    return q * d[None, :]
+
+
+def mixed(model, seed=0):
+    """Every audit layer's output mixed by an invertible matrix A (a 1x1 conv / linear layer appended
+    to the stage), the layer that reads it multiplied by A^-1: channels become linear mixtures."""
+    from torch import nn
+
+    m = copy.deepcopy(model).double()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for stage, nxt in ((m.block1, m.block2[0]), (m.block2, m.block3[0]), (m.block3, m.fc1[0]),
+                           (m.fc1, m.fc)):
+            n = nxt.weight.shape[1]
+            a = _invertible(n, g)
+            flat = stage is m.fc1  # the other stages output feature maps: mix channels with a 1x1 conv
+            layer = nn.Linear(n, n, bias=False) if flat else nn.Conv2d(n, n, 1, bias=False)
+            layer = layer.double()
+            layer.weight.copy_(a.view(n, n, *([1, 1] if isinstance(layer, nn.Conv2d) else [])))
+            stage.append(layer)
+            inv = torch.linalg.inv(a)
+            if isinstance(nxt, nn.Linear):
+                nxt.weight.copy_(nxt.weight @ inv)
+            else:
+                nxt.weight.copy_(torch.einsum("oihw,ij->ojhw", nxt.weight, inv))
+    return m.float()
+
+
+REPARAMETRISATIONS = {"rescaled": rescaled, "permuted": permuted, "mixed": mixed}

@@ -159,12 +159,12 @@ def _without_timing(rep):
 
 def test_shared_cache_changes_nothing_but_the_work(original, retrain0, retrain1, audit_split):
     """A run's audits share an AuditCache: the second audit reuses the original's and the reference's
-    probes, bootstraps, k-NN and resurfacing results, and its report is identical to a fresh audit."""
+    probes, bootstraps, k-NN, head re-fit and resurfacing results, and its report is identical to a fresh audit."""
     from unlearnkit.audit.memo import AuditCache
     from unlearnkit.evaluation import model_outputs
     from unlearnkit.models.zoo import audit_layers
 
-    cfg = AuditConfig(n_splits=4, n_bootstrap=20, relearn_steps=3)
+    cfg = AuditConfig(n_splits=4, relearn_steps=3)
     layers = audit_layers(original)
     out_o, out_r = (model_outputs(m, audit_split, layers) for m in (original, retrain0))
     cache = AuditCache()
@@ -182,16 +182,28 @@ def test_shared_cache_changes_nothing_but_the_work(original, retrain0, retrain1,
 
 
 def test_batched_probe_solver_agrees_with_sklearn(original, retrain0, audit_split):
-    """The batched solver (default on a GPU) gives the sklearn probe's numbers up to lbfgs tolerance."""
-    cfg = dict(n_splits=8, bn_recalibration=False, relearn=False)
+    """The batched solver (default on a GPU) gives the sklearn probe's numbers up to lbfgs tolerance.
+
+    The two stop at the same tolerance, not at the same bits, so a held-out sample near the decision
+    boundary may land on either side. One such sample moves a split's balanced accuracy by
+    50 / (held-out rows of its side) points; the tolerance allows one per split (on the digits test
+    data, 11 held-out forget rows: 4.5 points, so the split mean moves by up to 4.5 / J). The verdict
+    does not read LPR and must not change with the solver."""
+    cfg = dict(n_splits=8, bn_recalibration=False, head_refit=False, relearn=False)
     masked = masked_head(original)
     a = audit(original, masked, retrain0, audit_split, config=AuditConfig(probe_solver="sklearn", **cfg))
     b = audit(original, masked, retrain0, audit_split, config=AuditConfig(probe_solver="batched", **cfg))
     assert a.verdict == b.verdict
+    assert [(c.layer, c.value, c.p_holm) for c in a.family] == [(c.layer, c.value, c.p_holm) for c in b.family]
     for data in a.layers:
+        y = a.audit_data[data]
+        held = min(round(y["n_forget"] * 0.3), round(y["n_retain"] * 0.3))
+        one_sample = 50.0 / max(held, 1)  # points of balanced accuracy one flipped held-out row is worth
         for ra, rb in zip(a.layers[data], b.layers[data]):
-            assert rb.lpr == pytest.approx(ra.lpr, abs=0.5), (data, ra.layer)
-            assert rb.delta_lpr.value == pytest.approx(ra.delta_lpr.value, abs=0.75), (data, ra.layer)
+            assert rb.lpr == pytest.approx(ra.lpr, abs=one_sample), (data, ra.layer)
+            assert rb.delta_lpr.value == pytest.approx(ra.delta_lpr.value, abs=one_sample), (data, ra.layer)
+            flips = np.abs(rb.per_split["lpr_unlearned"] - ra.per_split["lpr_unlearned"])
+            assert np.all(flips <= one_sample + 1e-9), (data, ra.layer, flips)
             assert rb.lpr_auroc == pytest.approx(ra.lpr_auroc, abs=0.005), (data, ra.layer)
 
 

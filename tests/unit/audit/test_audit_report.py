@@ -7,7 +7,8 @@ import math
 
 from unlearnkit.audit import VERDICTS, write_audit
 
-LAYER_KEYS = {"lpr", "delta_lpr", "delta_lpr_ci", "cka_original", "cka_retrain", "separability"}
+LAYER_KEYS = {"lpr", "delta_lpr", "delta_lpr_ci", "cka_original", "cka_retrain", "separability", "delta_auroc",
+              "delta_auroc_ci", "separability_ratio", "separability_ratio_ci", "auroc_margin", "mahalanobis"}
 
 
 def _no_nan(obj):
@@ -31,8 +32,9 @@ def test_to_dict_follows_the_results_json_contract(rep_erased):
     assert list(d["layers"]) == ["block1", "block2", "block3", "penultimate"]
     for name, layer in d["layers"].items():
         assert LAYER_KEYS <= set(layer), name
-        lo, hi = layer["delta_lpr_ci"]
-        assert lo <= layer["delta_lpr"] <= hi
+        for key in ("delta_lpr", "delta_auroc", "separability_ratio"):
+            lo, hi = layer[f"{key}_ci"]
+            assert lo <= layer[key] <= hi, (name, key)
         assert 0.0 <= layer["cka_original"] <= 1.0 + 1e-9 and 0.0 <= layer["cka_retrain"] <= 1.0 + 1e-9
     # both audit data choices are reported; the top-level layers are the ones the verdict rests on
     assert set(d["audit_data"]) == {"test", "train"}
@@ -44,7 +46,12 @@ def test_to_dict_follows_the_results_json_contract(rep_erased):
         assert {"test_forget", "test_retain"} <= set(d["models"][role]["knn"])
     assert d["models"]["unlearned"]["fid_feat_to_retrain"] >= 0.0
     assert -1.0 <= d["models"]["unlearned"]["cosine_to_original"] <= 1.0
-    assert set(d["resurfacing"]) == {"bn_recalibration", "relearn"}
+    assert set(d["resurfacing"]) == {"bn_recalibration", "head_refit", "relearn"}
+    assert [k for k, v in d["resurfacing"].items() if not v["in_verdict"]] == ["relearn"]
+    # the verdict's family: every (data, layer, statistic) with raw and Holm-adjusted p-values
+    tests = d["tests"]
+    assert tests["correction"] == "holm" and tests["size"] == len(tests["family"]) == 2 * 4
+    assert all(t["p"] <= t["p_holm"] <= 1.0 for t in tests["family"])
     assert d["cka"].startswith("centered")
 
 
@@ -64,10 +71,10 @@ def test_write_audit_writes_json_markdown_and_self_contained_html(rep_suppressed
     assert json.loads(paths["json"].read_text()) == json.loads(json.dumps(rep_suppressed.to_dict()))
     md = paths["md"].read_text()
     assert "# Unlearning audit: **suppressed**" in md
-    assert md.count("| layer | LPR | ΔLPR [CI] |") == 2  # one table per audit data
+    assert md.count("| layer | ΔAUROC [CI] | orig. ΔAUROC |") == 2  # one table per audit data
     for layer in ("block1", "block2", "block3", "penultimate"):
         assert f"| {layer} |" in md
-    assert "## What each number means" in md and "**ΔLPR [CI]**" in md
+    assert "## What each number means" in md and "**ΔAUROC [CI]**" in md and "**sep. ratio [CI]**" in md
     html = paths["html"].read_text()
     imgs = html.split("src='data:image/png;base64,")[1:]
     assert len(imgs) == 4  # ΔLPR with CIs, separability ratio, CKA per layer, PCA embedding

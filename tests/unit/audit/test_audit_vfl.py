@@ -27,5 +27,9 @@ def test_output_masked_vfl_model_is_caught_at_the_transmitted_embedding(
 
 
 def test_models_that_are_not_vfl_have_no_transmitted_section():
+    from unlearnkit.audit import AuditConfig
+    from unlearnkit.audit.verdict import measurements
+
     small = create_model("small_cnn", num_classes=10, in_channels=1, image_size=8)
-    assert transmitted_diagnostics(small, {"train": []}, "train", False) == {}
+    m = measurements({}, {}, {}, {}, {"train": []}, "train", {"train": 0}, False, {}, 0, AuditConfig())
+    assert transmitted_diagnostics(small, {"train": []}, m) == {}

@@ -158,11 +158,22 @@ def test_mia_auroc_truncation_uses_first_rows():
     z_out2 = z_out.copy()
     z_out2[10:] = 100.0  # rows past n_member never count
     assert mia_auroc(z_in, y_in, z_out2, y_out) == pytest.approx(base)
-    # "both" also cuts members; "nonmember" (PURGE code) keeps all members
-    assert mia_auroc(z_out, y_out, z_in, y_in) == pytest.approx(mia_auroc(z_out[:10], y_out[:10], z_in, y_in))
-    assert mia_auroc(z_out, y_out, z_in, y_in, truncate="nonmember") != pytest.approx(
-        mia_auroc(z_out, y_out, z_in, y_in)
-    )
+    # "both" also cuts members; "nonmember" (PURGE code, the default) keeps all members
+    both = mia_auroc(z_out, y_out, z_in, y_in, truncate="both")
+    assert both == pytest.approx(mia_auroc(z_out[:10], y_out[:10], z_in, y_in))
+    assert mia_auroc(z_out, y_out, z_in, y_in) != pytest.approx(both)
+    # PURGE's compute_mia by hand: 25 members all scored, against the 10 non-members
+    from scipy.special import log_softmax
+    from sklearn.metrics import roc_auc_score
+
+    def hand(z, y):
+        lp = log_softmax(z, axis=1)
+        return lp[np.arange(len(y)), y], np.exp(lp.max(1))
+
+    (l_in, c_in), (l_out, c_out) = hand(z_out, y_out), hand(z_in, y_in)
+    member = np.r_[np.ones(25), np.zeros(10)]
+    expected = (roc_auc_score(member, np.r_[l_in, l_out]) + roc_auc_score(member, np.r_[c_in, c_out])) / 2
+    assert mia_auroc(z_out, y_out, z_in, y_in) == pytest.approx(expected)
 
 
 def test_mia_auroc_empty_is_nan():

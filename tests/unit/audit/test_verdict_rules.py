@@ -1,0 +1,129 @@
+"""The verdict's rule chain on constructed measurements: each rule, the family's error control."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from unlearnkit.audit import AuditConfig
+from unlearnkit.audit.layers import Interval, LayerResult
+from unlearnkit.audit.resurface import ResurfaceResult
+from unlearnkit.audit.verdict import (RULES, Comparison, Measurements, collapsed, comparisons, decide, holm,
+                                      no_positive_control, not_equivalent, not_forgotten, p_value, suppressed,
+                                      too_few)
+
+OUT = {"forget_acc": 0.0, "retain_acc": 99.0, "test_retain_acc": 98.0}
+LOG2 = math.log(2.0)
+
+
+def _cmp(layer, value, low, high, original=(1.6, 1.4, 1.8), data="train", p_holm=1.0, two_sided=False):
+    """A separability comparison on the log scale (tolerance 2x); ``original`` the positive control."""
+    return Comparison(data, layer, "separability", value, low, high, LOG2, two_sided, *original, p=p_holm,
+                      p_holm=p_holm)
+
+
+def _layers(names, data=("train",)):
+    return {d: [LayerResult(n, probed=True, cka_original=0.5, cka_retrain=0.9) for n in names] for d in data}
+
+
+def _m(comps, n_forget=100, resurfacing=None, out_u=OUT, out_r=OUT, data=("train",)):
+    return Measurements(out_u, out_r, {"test_retain": 97.0}, {"test_retain": 97.0}, tuple(comps),
+                        _layers(sorted({c.layer for c in comps}) or ["penultimate"], data), "train",
+                        {d: n_forget for d in data}, False, resurfacing or {}, n_forget, AuditConfig())
+
+
+def test_the_rules_run_in_the_documented_order():
+    assert [r.__name__ for r in RULES] == ["collapsed", "not_forgotten", "suppressed", "too_few",
+                                           "no_positive_control", "not_equivalent", "erased"]
+
+
+def test_holm_adjusted_p_values_by_hand():
+    # sorted 0.005, 0.01, 0.03, 0.04 -> 4x0.005 = 0.02, 3x0.01 = 0.03, 2x0.03 = 0.06, max(0.06, 0.04)
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+
+
+def test_p_value_of_a_t_interval_and_of_bootstrap_draws():
+    iv = Interval(3.0, 1.0, 5.0, se=0.8, df=19)
+    assert p_value(iv, 2.0, False, False) == pytest.approx(stats.t.sf((3.0 - 2.0) / 0.8, 19))
+    two = p_value(Interval(-3.0, -5.0, -1.0, se=0.8, df=19), 2.0, False, True)
+    assert two == pytest.approx(2 * stats.t.cdf((-3.0 + 2.0) / 0.8, 19))
+    draws = np.sort(np.log(np.array([1.5, 1.9, 2.1, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0])))
+    boot = Interval(3.0, 1.5, 6.0, draws=draws)
+    assert p_value(boot, 2.0, True, False) == pytest.approx((1 + 2) / 10)  # 2 draws <= log 2
+
+
+def test_one_layer_at_the_originals_level_is_never_erased():
+    """The old rule read "erased" when any one layer was clear of the original: here block3 is
+    retrain-like, the penultimate layer still sits at the original's level (not significantly beyond
+    the tolerance after correction, so not suppressed)."""
+    comps = [_cmp("block3", 0.0, -0.1, 0.1), _cmp("penultimate", math.log(1.9), math.log(1.5), math.log(2.4))]
+    d = decide(_m(comps))
+    assert d.verdict == "inconclusive", d
+    assert "penultimate (separability)" in d.evidence[-1] and "would decide" in d.evidence[-1]
+    assert not_equivalent(_m(comps)) is not None
+
+
+def test_erased_needs_every_layer_within_and_the_positive_control():
+    within = [_cmp("block3", 0.0, -0.1, 0.1), _cmp("penultimate", 0.1, -0.1, 0.3)]
+    assert decide(_m(within)).verdict == "erased"
+    no_control = [Comparison(**{**c.__dict__, "original_low": 0.2, "original": 0.3}) for c in within]
+    d = decide(_m(no_control))
+    assert d.verdict == "inconclusive" and "positive control failed" in d.evidence[-1]
+    assert no_positive_control(_m(no_control)) is not None
+
+
+def test_a_flag_on_either_audit_data_is_suppressed_after_correction():
+    comps = [_cmp("penultimate", 0.0, -0.1, 0.1), _cmp("penultimate", 1.2, 1.0, 1.4, data="test", p_holm=0.004)]
+    d = decide(_m(comps, data=("train", "test")))
+    assert d.verdict == "suppressed" and "(test data) still separates" in d.evidence[-1]
+    assert suppressed(_m([_cmp("penultimate", 1.2, 1.0, 1.4, p_holm=0.06)])) is None  # not after Holm
+
+
+def test_resurfacing_enters_only_through_checks_marked_in_verdict():
+    comps = [_cmp("penultimate", 0.0, -0.1, 0.1)]
+    reported = ResurfaceResult("relearn", True, "", 0.0, 90.0, 0.0, 90.0, True, in_verdict=False, margin=20)
+    assert decide(_m(comps, resurfacing={"relearn": reported})).verdict == "erased"
+    read = ResurfaceResult("head_refit", True, "", 0.0, 95.0, 25.0, 70.0, True, margin=35)
+    d = decide(_m(comps, resurfacing={"head_refit": read}))
+    assert d.verdict == "suppressed" and "re-fitting the head" in d.evidence[-1]
+
+
+def test_output_rules_come_first():
+    low = dict(OUT, retain_acc=50.0)
+    assert collapsed(_m([], out_u=low)).verdict == "collapsed"
+    remembers = dict(OUT, forget_acc=95.0)
+    assert not_forgotten(_m([], out_u=remembers)).verdict == "not_forgotten"
+    assert too_few(_m([_cmp("penultimate", 0.0, -0.1, 0.1)], n_forget=3)).verdict == "inconclusive"
+
+
+def test_family_controls_false_flags_of_a_retrain_at_the_tolerance_boundary():
+    """Eight comparisons whose true value sits exactly at the tolerance (the worst case a genuine
+    retrain can be in): Holm keeps the chance that any is flagged at or below 5 %."""
+    rng = np.random.RandomState(0)
+    j, n_sim = 20, 2000
+    flags = unadjusted = 0
+    for _ in range(n_sim):
+        p = []
+        for _ in range(8):  # per-split log ratios centred on the tolerance, a t-interval of their mean
+            d = LOG2 + rng.randn(j)
+            se = d.std(ddof=1) / math.sqrt(j)
+            p.append(p_value(Interval(d.mean(), d.mean() - 2 * se, d.mean() + 2 * se, se, j - 1), LOG2, False,
+                             False))
+        flags += min(holm(p)) < 0.05
+        unadjusted += min(p) < 0.05
+    assert flags / n_sim <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / n_sim)
+    assert unadjusted / n_sim > 0.25  # without the correction a retrain would be flagged in ~1/3 of audits
+
+
+def test_comparisons_cover_every_probed_layer_of_every_audit_data():
+    iv = Interval(1.1, 1.0, 1.2, draws=np.sort(np.log(np.linspace(0.95, 1.25, 2000))))
+    layers = {d: [LayerResult(n, probed=True, separability_ratio=iv, separability_ratio_original=iv,
+                              separability_margin=2.0) for n in ("a", "b", "c")] for d in ("test", "train")}
+    layers["test"].append(LayerResult("skipped", probed=False))
+    fam = comparisons(layers, sample_level=False)
+    assert [(c.data, c.layer) for c in fam] == [(d, n) for d in ("test", "train") for n in ("a", "b", "c")]
+    assert all(c.p <= c.p_holm for c in fam) and fam[0].margin == pytest.approx(LOG2)
+    assert all(c.two_sided for c in comparisons(layers, sample_level=True))
