@@ -126,7 +126,7 @@ def audit_command(
             d, s = r.delta_auroc, r.separability_ratio
             table.add_row(name, f"{d.value:+.1f} [{d.low:+.1f}, {d.high:+.1f}]",
                           f"{s.value:.2f} [{s.low:.2f}, {s.high:.2f}]", f"{r.lpr:.1f}", f"{r.cka_original:.3f}",
-                          f"{r.cka_retrain:.3f}", f"{r.auroc_margin:.1f} / {r.separability_margin:.2f}x")
+                          f"{r.cka_retrain:.3f}", f"{r.separability_margin:.2f}x")
         else:
             table.add_row(name, "too few samples", "", "n/a", f"{r.cka_original:.3f}",
                           f"{r.cka_retrain:.3f}", "")

@@ -198,9 +198,10 @@ def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: S
         idi = {"idi": None, "note": "not computed (AuditConfig.idi=False: it trains InfoNCE critics; "
                                     "`unlearnkit audit --idi` and `unlearnkit run --idi` compute it)"}
     t6 = time.perf_counter()
-    measured = measurements(metrics_u, metrics_r, knn_u, knn_r, results, rests_on,
-                            {k: d.n_forget for k, d in datas.items()}, sample_level, resurfacing,
-                            len(split.train_forget), config)
+    measured = measurements(outputs_unlearned=metrics_u, outputs_retrained=metrics_r, knn_unlearned=knn_u,
+                            knn_retrained=knn_r, layers=results, rests_on=rests_on,
+                            n_forget={k: d.n_forget for k, d in datas.items()}, sample_level=sample_level,
+                            resurfacing=resurfacing, n_train_forget=len(split.train_forget), config=config)
     decision = decide(measured)
 
     # a small 2-D PCA view of the penultimate features for the report's plot

@@ -36,8 +36,8 @@ EXPLAIN = [
     ("CKA orig. / CKA retr.", "linear CKA of this layer's standardised features to the original / retrained "
                               "model on the same samples (1 = the same representation up to rotation and "
                               "per-unit scale)"),
-    ("tolerance", "the margin a layer may exceed retrain by before it counts as residual (ΔAUROC points / "
-                  "separability ratio): the default, widened by the spread of several retrained references"),
+    ("tolerance", "the separability ratio a layer may reach before it counts as residual: the default 2.0x, "
+                  "widened by the spread of several retrained references"),
     ("k-NN", "cosine k-NN accuracy (%) of penultimate features against the training features (EC)"),
     ("FID_feat", "Fréchet distance of penultimate forget-set features to the retrained model's (PURGE; "
                  "audit.json also has the distance to the original's)"),
@@ -76,7 +76,7 @@ def layer_rows(d: dict) -> tuple[list[str], list[list[str]]]:
             _f(v["separability_ratio"]) + _ci(*sci, fmt="{:.2f}"), _f(v["separability_ratio_original"]),
             _f(v["lpr"], "{:.1f}"), _f(v["delta_lpr"], "{:+.1f}") + _ci(*ci),
             _f(v["separability"], "{:.3f}"), _f(v["cka_original"], "{:.3f}"), _f(v["cka_retrain"], "{:.3f}"),
-            f"{_f(v.get('auroc_margin'), '{:.1f}')} pts / {_f(v['separability_margin'])}x",
+            f"{_f(v['separability_margin'])}x",
         ])
     return header, rows
 

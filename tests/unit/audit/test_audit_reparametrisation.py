@@ -76,3 +76,40 @@ def test_reparametrised_model_reads_the_same_numbers_and_verdict(case, expected,
         pen_a, pen_b = base.layer("penultimate"), rep.layer("penultimate")
         assert abs(pen_b.separability / pen_a.separability - 1) > 0.1
         assert pen_b.cka_original == pytest.approx(1.0, abs=1e-4)  # CKA on standardised units
+
+
+@pytest.fixture(scope="module")
+def mnist():
+    """mnist5k, class 3: the original and two retrains (about 50 s each to train on 2 cores; the slow
+    tier reuses the user's model cache, ``UNLEARNKIT_CACHE`` or ~/.cache/unlearnkit)."""
+    from unlearnkit import ForgetSpec, load_dataset, make_split
+    from unlearnkit.training import default_recipe, reference_model
+
+    split = make_split(load_dataset("mnist5k"), ForgetSpec(classes=(3,)))
+    recipe = default_recipe("mnist5k", "small_cnn")
+    with single_thread():
+        models = {(k, s): reference_model(k, split, "small_cnn", recipe, seed=s, progress=False).model
+                  for k, s in (("original", 0), ("retrain", 0), ("retrain", 1))}
+    return split, models
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case,expected", [("masked", "suppressed"), ("retrain", "erased"),
+                                           ("original", "not_forgotten")])
+def test_reparametrised_mnist5k_models_read_the_same_numbers_and_verdict(case, expected, mnist):
+    split, models = mnist
+    original, retrain0 = models[("original", 0)], models[("retrain", 0)]
+    model = {"masked": lambda: masked_head(original), "retrain": lambda: models[("retrain", 1)],
+             "original": lambda: original}[case]()
+    reps = {}
+    for how in ("none", *sorted(REPARAMETRISATIONS)):
+        m = model if how == "none" else REPARAMETRISATIONS[how](model, seed=11)
+        with single_thread():
+            reps[how] = audit(original, m, retrain0, split, config=CONFIG)
+    assert reps["none"].verdict == expected, reps["none"].summary()
+    base = _read_by_the_verdict(reps["none"])
+    for how, rep in reps.items():
+        assert rep.verdict == expected, (how, rep.summary())
+        got = _read_by_the_verdict(rep)
+        for k in base:
+            assert got[k] == pytest.approx(base[k], rel=1e-3, abs=1e-3), (how, k)

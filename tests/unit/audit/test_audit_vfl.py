@@ -31,5 +31,7 @@ def test_models_that_are_not_vfl_have_no_transmitted_section():
     from unlearnkit.audit.verdict import measurements
 
     small = create_model("small_cnn", num_classes=10, in_channels=1, image_size=8)
-    m = measurements({}, {}, {}, {}, {"train": []}, "train", {"train": 0}, False, {}, 0, AuditConfig())
+    m = measurements(outputs_unlearned={}, outputs_retrained={}, knn_unlearned={}, knn_retrained={},
+                     layers={"train": []}, rests_on="train", n_forget={"train": 0}, sample_level=False,
+                     resurfacing={}, n_train_forget=0, config=AuditConfig())
     assert transmitted_diagnostics(small, {"train": []}, m) == {}

@@ -85,7 +85,8 @@ def test_a_flag_on_either_audit_data_is_suppressed_after_correction():
 def test_resurfacing_enters_only_through_checks_marked_in_verdict():
     comps = [_cmp("penultimate", 0.0, -0.1, 0.1)]
     reported = ResurfaceResult("relearn", True, "", 0.0, 90.0, 0.0, 90.0, True, in_verdict=False, margin=20)
-    assert decide(_m(comps, resurfacing={"relearn": reported})).verdict == "erased"
+    d = decide(_m(comps, resurfacing={"relearn": reported}))
+    assert d.verdict == "erased" and d.evidence[-1].startswith("(reported, not decided on")
     read = ResurfaceResult("head_refit", True, "", 0.0, 95.0, 25.0, 70.0, True, margin=35)
     d = decide(_m(comps, resurfacing={"head_refit": read}))
     assert d.verdict == "suppressed" and "re-fitting the head" in d.evidence[-1]
