@@ -87,7 +87,8 @@ def audit_command(
         raise UserError("give at least one --retrained checkpoint (a model retrained without the forget set)")
     try:
         config = AuditConfig(center=center, confidence=confidence, n_splits=n_splits, audit_data=audit_data,
-                             bn_recalibration=resurface, head_refit=resurface, relearn=resurface,
+                             bn_recalibration=resurface, head_refit=resurface, head_relearn=resurface,
+                             relearn=resurface,
                              n_jobs=jobs, idi=idi)
     except (TypeError, ValueError) as e:
         raise UserError(str(e)) from None

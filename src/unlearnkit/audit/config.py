@@ -54,7 +54,10 @@ Head re-fit (one shot of class 3, 20 draws): the masked original's body gives th
 95.7 % (digits) / 63.1 % (mnist5k), retrained bodies at 20.2-30.8 % / 20.3-32.6 % (the seed-0
 reference: 29.3 / 28.7). The 35-point margin lies between the largest retrain excess (+3.9) and the
 smallest body-kept excess (+34.4 on mnist5k, +66.4 on digits); an earlier 5-draw measurement put two
-retrained bodies 26 points apart (digits), so it stays above that. BatchNorm recalibration: retrain
+retrained bodies 26 points apart (digits), so it stays above that. Head relearning (10 SGD steps, lr 0.01, on the model's own head in
+whitened coordinates, 5 shots per class): retrained heads 0.0 % (digits seeds 1-4, mnist5k seeds 0-2),
+an output mask with bias -10 84 % (mnist5k); the bias -1e4 mask stays at 0 % (the head re-fit and
+the separability catch it). BatchNorm recalibration: retrain
 seeds recover 0.0 % (digits and mnist5k); a gradient-ascent model (lr 1e-3, 5 epochs, BatchNorm in
 train mode; forget accuracy 7.6 %) returned to 95.4 % (measured with the previous release).
 """
@@ -137,9 +140,13 @@ class AuditConfig:
     than ``resurface_margin`` = 20 points above what retrain recovers, or head re-fit recovery more
     than ``head_refit_margin`` = 35 points above retrain's, makes the verdict ``suppressed``
     (``CALIBRATION``: one shot recovers the class at 98 % (digits) / 65 % (mnist5k) from the
-    original's body, 13-40 % / 24-33 % from retrained bodies). ``relearn`` (``relearn_steps`` = 10
-    SGD steps, lr ``relearn_lr`` = 0.01, on ``relearn_k`` = 5 examples per class) is reported only:
-    SGD depends on the parametrisation (scaling a layer up scales its effective step), so a
+    original's body, 13-40 % / 24-33 % from retrained bodies). ``head_relearn``: ``relearn_steps`` = 10
+    SGD steps (lr ``head_relearn_lr`` = 0.01) on the model's own head with the body frozen, from
+    ``relearn_k`` = 5 examples per class, in coordinates whitened by the retained features (so no
+    reparametrisation moves it): more than ``resurface_margin`` above retrain's recovery makes the
+    verdict ``suppressed`` (``CALIBRATION``: retrained heads 0 %, an output mask with bias -10 84 %).
+    ``relearn`` (the same SGD on all raw weights, lr ``relearn_lr`` = 0.01) is reported only: SGD on
+    raw weights depends on the parametrisation (scaling a layer up scales its effective step), so a
     function-preserving change could move it.
 
     **IDI** (``idi=True``; off by default because it trains critics: 3 models x layers x
@@ -192,6 +199,8 @@ class AuditConfig:
     head_refit_draws: int = 20
     head_refit_margin: float = 35.0
     head_refit_max_retain: int = 5000
+    head_relearn: bool = True
+    head_relearn_lr: float = 0.01
     relearn: bool = True
     relearn_k: int = 5
     relearn_steps: int = 10
@@ -232,6 +241,8 @@ class AuditConfig:
         if self.n_bootstrap < 1000:
             raise UserError(f"n_bootstrap must be at least 1000 (the suppressed flag corrects for 2 x layers "
                             f"comparisons: p-values below 0.005 need that resolution), got {self.n_bootstrap}")
+        if not self.head_relearn_lr > 0:
+            raise UserError(f"head_relearn_lr must be > 0, got {self.head_relearn_lr}")
         for name in ("auroc_margin", "spread_factor", "collapse_margin", "separability_ridge",
                      "not_forgotten_margin", "resurface_margin", "head_refit_margin"):
             if getattr(self, name) < 0:

@@ -26,7 +26,7 @@ from .idi import idi_check
 from .layers import assign_margins, measure_data
 from .memo import AuditCache
 from .report import AuditReport
-from .resurface import bn_recalibration_check, head_refit_check, relearn_check
+from .resurface import bn_recalibration_check, head_refit_check, head_relearn_check, relearn_check
 from .verdict import decide, measurements
 from .vfl import transmitted_diagnostics
 
@@ -187,6 +187,10 @@ def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: S
     if config.head_refit:
         resurfacing["head_refit"] = head_refit_check(out_u, out_r, split, pen, metrics_u["forget_acc"],
                                                      sample_level, config, cache, context)
+    if config.head_relearn:
+        resurfacing["head_relearn"] = head_relearn_check(unlearned, refs, out_u, out_r, split, pen,
+                                                         metrics_u["forget_acc"], sample_level, config, cache,
+                                                         context)
     if config.relearn:
         resurfacing["relearn"] = relearn_check(unlearned, refs, split, metrics_u["forget_acc"], sample_level,
                                                config, device, cache, context)

@@ -97,15 +97,16 @@ def model_rows(d: dict) -> tuple[list[str], list[list[str]]]:
 
 
 def resurface_rows(d: dict) -> tuple[list[str], list[list[str]]]:
-    header = ["check", "forget acc before", "after", "retrain after", "excess", "resurfaced", "how"]
+    header = ["check", "forget acc before", "after", "retrain after", "excess", "resurfaced", "decides", "how"]
     rows = []
     for name, r in d["resurfacing"].items():
+        decides = "yes" if r.get("in_verdict", True) else "no (reported)"
         if not r["applicable"]:
-            rows.append([name, "", "", "", "", "n/a", r["note"]])
+            rows.append([name, "", "", "", "", "n/a", decides, r["note"]])
             continue
         rows.append([name, _f(r["forget_acc_before"], "{:.1f}"), _f(r["forget_acc_after"], "{:.1f}"),
                      _f(r["retrain_forget_acc_after"], "{:.1f}"), _f(r["excess"], "{:+.1f}"),
-                     "yes" if r["resurfaced"] else "no", r["note"]])
+                     "yes" if r["resurfaced"] else "no", decides, r["note"]])
     return header, rows
 
 
@@ -203,7 +204,7 @@ def figures(report: AuditReport) -> dict[str, str]:
                 label=f"original ({data} data)" if data == report.rests_on else None)
     rs = report.layers[report.rests_on]
     ax.step([i - 0.5 for i in x] + [len(x) - 0.5], [r.auroc_margin for r in rs] + [rs[-1].auroc_margin],
-            where="post", color="red", ls="--", lw=1, label="tolerance")
+            where="post", color="red", ls="--", lw=1, label="reference line (not decided on)")
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(x, names)
     ax.set_ylabel("ΔAUROC vs retrain (points)")
@@ -289,8 +290,8 @@ def audit_html(report: AuditReport) -> str:
         f"<p>The verdict rests on the <b>{html.escape(d['rests_on'])}</b> data: "
         f"{html.escape(d['rests_on_reason'])}. CKA: {html.escape(d['cka'])}.</p>",
         "<h2>Evidence</h2><ul>" + "".join(f"<li>{html.escape(e)}</li>" for e in d["evidence"]) + "</ul>",
-        f"<img alt='layer-wise delta AUROC' src='data:image/png;base64,{figs['delta_auroc']}'>",
         f"<img alt='separability ratio per layer' src='data:image/png;base64,{figs['separability']}'>",
+        f"<img alt='layer-wise delta AUROC' src='data:image/png;base64,{figs['delta_auroc']}'>",
         f"<img alt='CKA per layer' src='data:image/png;base64,{figs['cka']}'>",
     ]
     for name, ad in d["audit_data"].items():

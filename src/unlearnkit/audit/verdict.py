@@ -13,7 +13,7 @@ statistic) with its p-value, Holm-adjusted over the whole family. :func:`decide`
 3. :func:`suppressed`: the output forgets, but some comparison on either audit data rejects "within
    tolerance of retrain" after Holm's correction over the family (so a genuine retrain is flagged in
    at most 1 − ``confidence`` of audits), or a resurfacing check that enters the verdict (BatchNorm
-   recalibration, head re-fit) brings the class back beyond retrain's.
+   recalibration, head re-fit, head relearning) brings the class back beyond retrain's.
 4. :func:`too_few`: fewer than ``min_forget`` forget samples on the data the verdict rests on:
    ``inconclusive``.
 5. :func:`no_positive_control`: the original model, measured the same way, is nowhere clear of the
@@ -375,6 +375,7 @@ def _reported_only(m: Measurements) -> list[str]:
 def _resurface_line(r) -> str:
     what = {"bn_recalibration": "re-estimating BatchNorm statistics on retained data",
             "head_refit": "re-fitting the head on frozen features from a few forget examples",
+            "head_relearn": "a few SGD steps on the model's own head (body frozen, whitened features)",
             "relearn": "a few SGD steps on a handful of forget examples"}.get(r.name, r.name)
     return (f"the forgotten data resurface after {what}: forget accuracy {r.forget_acc_before:.1f}% -> "
             f"{r.forget_acc_after:.1f}% (retrain under the same: {r.retrain_forget_acc_after:.1f}%, "

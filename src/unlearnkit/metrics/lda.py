@@ -142,3 +142,33 @@ def fewshot_recovery(retain: Tensor, retain_y: Tensor, shots: Tensor, shots_y: T
     q = ((queries.to(torch.float64) - mean) * inv_std) @ w
     pred = labels[torch.cdist(q, centres).argmin(1)]
     return float((pred == queries_y).to(torch.float64).mean() * 100.0)
+
+
+def head_relearn(retain: Tensor, shots: Tensor, shots_y: Tensor, queries: Tensor, queries_y: Tensor,
+                 weight: Tensor, bias: Tensor, steps: int = 10, lr: float = 0.01, momentum: float = 0.9,
+                 rel_tol: float = REL_TOL) -> float:
+    """Percent of ``queries`` (labels ``queries_y``) the model's own linear head predicts correctly
+    after ``steps`` full-batch SGD steps (cross-entropy, ``momentum``) on the ``shots``, with the body
+    frozen and the head written in coordinates whitened by the ``retain`` features.
+
+    The head ``weight`` (C x d), ``bias`` (C) read features h; with z = (h − μ) M white on the retained
+    rows, the same logits are z Vᵀ + c with V = W (M⁺)ᵀ, c = W μ + b, and SGD runs on (V, c). Written
+    so, the attack is the same for every invertible linear map of the features (the whitened
+    coordinates agree up to a rotation, and SGD commutes with rotations), unlike SGD on the raw
+    weights, whose step a rescaling of the features changes. A head that still points at a class
+    behind a suppressed bias relearns it in a few steps; a retrained head never learnt it."""
+    xr = retain.to(torch.float64)
+    mean, m = whiten(xr, rel_tol)
+    w, b = weight.detach().to(torch.float64), bias.detach().to(torch.float64)
+    v = (w @ torch.linalg.pinv(m).T).clone().requires_grad_(True)
+    c = (w @ mean + b).clone().requires_grad_(True)
+    x = (shots.to(torch.float64) - mean) @ m
+    opt = torch.optim.SGD([v, c], lr=lr, momentum=momentum)
+    with torch.enable_grad():
+        for _ in range(steps):
+            opt.zero_grad(set_to_none=True)
+            torch.nn.functional.cross_entropy(x @ v.T + c, shots_y).backward()
+            opt.step()
+    with torch.no_grad():
+        pred = (((queries.to(torch.float64) - mean) @ m) @ v.T + c).argmax(1)
+    return float((pred == queries_y).to(torch.float64).mean() * 100.0)

@@ -70,7 +70,7 @@ def test_reparametrised_model_reads_the_same_numbers_and_verdict(case, expected,
     a, b = _read_by_the_verdict(base), _read_by_the_verdict(rep)
     assert a.keys() == b.keys() and len(a) >= 8
     for k in a:
-        assert b[k] == pytest.approx(a[k], rel=1e-3, abs=1e-3), k
+        assert b[k] == pytest.approx(a[k], rel=1e-3, abs=5e-3), k
     if case == "masked" and how == "rescaled":
         # the statistic the old verdict read is not invariant: it is reported, not decided on
         pen_a, pen_b = base.layer("penultimate"), rep.layer("penultimate")
@@ -112,4 +112,4 @@ def test_reparametrised_mnist5k_models_read_the_same_numbers_and_verdict(case, e
         assert rep.verdict == expected, (how, rep.summary())
         got = _read_by_the_verdict(rep)
         for k in base:
-            assert got[k] == pytest.approx(base[k], rel=1e-3, abs=1e-3), (how, k)
+            assert got[k] == pytest.approx(base[k], rel=1e-3, abs=5e-3), (how, k)

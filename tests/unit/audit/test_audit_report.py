@@ -46,7 +46,7 @@ def test_to_dict_follows_the_results_json_contract(rep_erased):
         assert {"test_forget", "test_retain"} <= set(d["models"][role]["knn"])
     assert d["models"]["unlearned"]["fid_feat_to_retrain"] >= 0.0
     assert -1.0 <= d["models"]["unlearned"]["cosine_to_original"] <= 1.0
-    assert set(d["resurfacing"]) == {"bn_recalibration", "head_refit", "relearn"}
+    assert set(d["resurfacing"]) == {"bn_recalibration", "head_refit", "head_relearn", "relearn"}
     assert [k for k, v in d["resurfacing"].items() if not v["in_verdict"]] == ["relearn"]
     # the verdict's family: every (data, layer, statistic) with raw and Holm-adjusted p-values
     tests = d["tests"]

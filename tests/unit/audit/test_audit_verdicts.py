@@ -117,10 +117,12 @@ def test_relearning_is_reported_and_the_head_refit_catches_a_soft_mask(original,
     model = masked_head(original, bias=-10.0)
     rep = cached_audit(report_cache, "soft", original, model, retrain0, audit_split,
                        config=AuditConfig(n_splits=5, bn_recalibration=False))
-    rl, hr = rep.resurfacing["relearn"], rep.resurfacing["head_refit"]
+    rl, hr, hl = rep.resurfacing["relearn"], rep.resurfacing["head_refit"], rep.resurfacing["head_relearn"]
     assert rl.applicable and rl.resurfaced and not rl.in_verdict, rl
     assert rl.retrain_forget_acc_after < 10.0
     assert hr.in_verdict and hr.resurfaced and hr.forget_acc_after > 90.0, hr
+    # the same SGD on the model's own head in whitened coordinates: invariant, and it decides
+    assert hl.in_verdict and hl.resurfaced and hl.retrain_forget_acc_after < 10.0, hl
     assert rep.verdict == "suppressed"
     assert any("re-fitting the head" in e for e in rep.evidence)
     assert [e for e in rep.evidence if "a few SGD steps" in e][0].startswith("(reported, not decided on")
@@ -162,6 +164,7 @@ def test_head_refit_is_the_resurfacing_check_with_power(original, retrain0, retr
 def test_resurfacing_checks_leave_a_retrain_alone(rep_erased):
     for name, margin in (("bn_recalibration", AuditConfig().resurface_margin),
                          ("head_refit", AuditConfig().head_refit_margin),
+                         ("head_relearn", AuditConfig().resurface_margin),
                          ("relearn", AuditConfig().resurface_margin)):
         r = rep_erased.resurfacing[name]
         assert r.applicable and not r.resurfaced

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from unlearnkit.metrics.lda import auroc, fewshot_recovery, heldout_auroc, mahalanobis_separability
+from unlearnkit.metrics.lda import auroc, fewshot_recovery, head_relearn, heldout_auroc, mahalanobis_separability
 
 
 def _groups(seed=0, n_f=60, n_r=240, d=6, shift=1.0):
@@ -99,3 +99,36 @@ def test_fewshot_recovery_is_nearest_mean_in_the_within_class_metric():
     inv = np.linalg.inv(resid.T @ resid / len(retain))
     dist = np.stack([np.einsum("nd,de,ne->n", queries - m, inv, queries - m) for m in mus], 1)
     assert got == pytest.approx(100.0 * np.mean(dist.argmin(1) == 3), abs=1e-9)
+
+
+def _head_case(seed=5):
+    rng = np.random.RandomState(seed)
+    means = rng.randn(4, 6) * 2
+    y = np.repeat(np.arange(4), 40)
+    x = means[y] + rng.randn(160, 6)
+    w, b = rng.randn(4, 6), rng.randn(4)
+    b[3] = -3.0  # class 3 hidden behind its bias
+    return x, y, w, b
+
+
+def test_head_relearn_without_steps_is_the_models_own_head():
+    """Writing the head in whitened coordinates changes no logit: zero steps = the head's accuracy."""
+    x, y, w, b = _head_case()
+    t = torch.from_numpy
+    got = head_relearn(t(x[y < 3]), t(x[:8]), t(y[:8]), t(x), t(y), t(w), t(b), steps=0)
+    assert got == pytest.approx(100.0 * np.mean((x @ w.T + b).argmax(1) == y), abs=1e-9)
+
+
+def test_head_relearn_is_the_same_attack_under_any_invertible_linear_map():
+    x, y, w, b = _head_case()
+    rng = np.random.RandomState(6)
+    a = rng.randn(6, 6) + 3 * np.eye(6)
+    t = torch.from_numpy
+    shots = np.r_[np.flatnonzero(y == 3)[:5], np.flatnonzero(y == 0)[:5]]
+    held = np.setdiff1d(np.flatnonzero(y == 3), shots)
+    base = head_relearn(t(x[y < 3]), t(x[shots]), t(y[shots]), t(x[held]), t(y[held]), t(w), t(b), 10, 0.2)
+    xa, wa = x @ a.T, w @ np.linalg.inv(a)  # features mixed, head compensating: the same function
+    moved = head_relearn(t(xa[y < 3]), t(xa[shots]), t(y[shots]), t(xa[held]), t(y[held]), t(wa), t(b), 10, 0.2)
+    assert moved == pytest.approx(base, abs=1e-9)
+    hidden = head_relearn(t(x[y < 3]), t(x[shots]), t(y[shots]), t(x[held]), t(y[held]), t(w), t(b), 0)
+    assert hidden == 0.0 and base > 50.0  # the class behind the bias comes back in ten steps
