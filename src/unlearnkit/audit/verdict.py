@@ -13,7 +13,7 @@ statistic) with its p-value, Holm-adjusted over the whole family. :func:`decide`
 3. :func:`suppressed`: the output forgets, but some comparison on either audit data rejects "within
    tolerance of retrain" after Holm's correction over the family (so a genuine retrain is flagged in
    at most 1 − ``confidence`` of audits), or a resurfacing check that enters the verdict (BatchNorm
-   recalibration, head re-fit, head relearning) brings the class back beyond retrain's.
+   recalibration, head re-fit) brings the class back beyond retrain's.
 4. :func:`too_few`: fewer than ``min_forget`` forget samples on the data the verdict rests on:
    ``inconclusive``.
 5. :func:`no_positive_control`: the original model, measured the same way, is nowhere clear of the
@@ -368,7 +368,7 @@ def _need_for_control(m: Measurements) -> int | None:
 
 def _reported_only(m: Measurements) -> list[str]:
     """A resurfacing check that is reported, not decided on, still says when it brought the class back."""
-    return ["(reported, not decided on: SGD depends on the parametrisation) " + _resurface_line(r)
+    return ["(reported, not decided on) " + _resurface_line(r)
             for r in m.resurfacing.values() if r.applicable and not r.in_verdict and r.resurfaced]
 
 
