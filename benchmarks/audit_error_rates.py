@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import copy
 import sys
 import time
 
@@ -41,37 +40,10 @@ def _classes(text: str) -> list[int]:
     return out
 
 
-def masked(model, cls: int):
-    from unlearnkit.models.zoo import head_of
-
-    m = copy.deepcopy(model)
-    with torch.no_grad():
-        head_of(m).weight[cls].zero_()
-        head_of(m).bias[cls] = -1e4
-    return m
-
-
-def head_retrained(model, split, epochs: int = 3):
-    from unlearnkit.models.zoo import head_of
-
-    m = copy.deepcopy(model).eval()
-    head = head_of(m)
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        head.weight.normal_(0, 0.01, generator=g)
-        head.bias.zero_()
-    opt = torch.optim.SGD(head.parameters(), lr=0.05, momentum=0.9)
-    for _ in range(epochs):
-        for xb, yb in split.train_retain.batches(128, shuffle=True, generator=g):
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(m(xb), yb).backward()
-            opt.step()
-    return m
-
-
 def main(argv: list[str] | None = None) -> int:
     from unlearnkit import ForgetSpec, load_dataset, make_split
     from unlearnkit.audit import AuditConfig, audit
+    from unlearnkit.audit.calibrate import head_retrained, masked_head
     from unlearnkit.audit.memo import AuditCache
     from unlearnkit.evaluation import model_outputs
     from unlearnkit.models.zoo import audit_layers
@@ -102,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         outs = {"original": model_outputs(original, split, layers),
                 "retrained": [model_outputs(refs[0], split, layers)]}
         cases = [(f"retrain s{s}", "erased", refs[s]) for s in range(1, a.seeds)]
-        cases += [("masked original", "suppressed", masked(original, cls)),
+        cases += [("masked original", "suppressed", masked_head(original, (cls,))),
                   ("head retrained", "suppressed", head_retrained(original, split))]
         caches = {k: AuditCache() for k in range(a.audit_seeds)}
         for tag, truth, model in cases:

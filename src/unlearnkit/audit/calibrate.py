@@ -34,6 +34,27 @@ def masked_head(model, classes) -> torch.nn.Module:
     return m
 
 
+def head_retrained(model, split, epochs: int = 3) -> torch.nn.Module:
+    """A copy of ``model`` whose head was re-initialised and retrained on the retained data with the
+    body frozen: the output forgets (no forget-class signal reaches the new head), the body holds the
+    class."""
+    from ..models.zoo import head_of
+
+    m = copy.deepcopy(model).eval()
+    head = head_of(m)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        head.weight.normal_(0, 0.01, generator=g)
+        head.bias.zero_()
+    opt = torch.optim.SGD(head.parameters(), lr=0.05, momentum=0.9)
+    for _ in range(epochs):
+        for xb, yb in split.train_retain.batches(128, shuffle=True, generator=g):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(m(xb), yb).backward()
+            opt.step()
+    return m
+
+
 def _row(tag: str, rep) -> list[str]:
     lines = []
     for data, rs in rep.layers.items():

@@ -213,6 +213,14 @@ def relearn_check(unlearned: nn.Module, refs: list[nn.Module], split, before: fl
         margin=config.resurface_margin)
 
 
+def _cached_mean(out_refs: list[dict], computes: list, name: str, layer: str, cache, context: tuple) -> float:
+    """Mean over the references of ``computes[i](out_refs[i])``, each from ``cache`` when an earlier
+    audit of the run computed it for the same outputs, check, layer and settings."""
+    vals = [f(o) if cache is None else cache.get_or(cache.key(o, name, layer, *context), lambda o=o, f=f: f(o))
+            for o, f in zip(out_refs, computes)]
+    return float(np.mean(vals))
+
+
 def _head_refit_recovery(out: dict, layer: str, yf: np.ndarray, retain_rows: np.ndarray, yr: np.ndarray,
                          draws: list[tuple[np.ndarray, np.ndarray]]) -> float:
     xf, yf_t = out["train_forget"][layer], torch.from_numpy(yf)
@@ -249,9 +257,7 @@ def head_refit_check(out_u: dict, out_refs: list[dict], split, layer: str, befor
         return _head_refit_recovery(out, layer, yf_all, retain_rows, yr, draws)
 
     after = recovery(out_u)
-    ref_vals = [recovery(o) if cache is None else
-                cache.get_or(cache.key(o, "head_refit", layer, *context), lambda o=o: recovery(o)) for o in out_refs]
-    ref_after = float(np.mean(ref_vals))
+    ref_after = _cached_mean(out_refs, [recovery] * len(out_refs), "head_refit", layer, cache, context)
     excess = after - ref_after
     return ResurfaceResult(
         "head_refit", True,
@@ -301,10 +307,8 @@ def head_relearn_check(unlearned: nn.Module, refs: list[nn.Module], out_u: dict,
                             config.head_relearn_lr)
 
     after = attacked(out_u, heads[0])
-    ref_vals = [attacked(o, h) if cache is None else
-                cache.get_or(cache.key(o, "head_relearn", layer, *context), lambda o=o, h=h: attacked(o, h))
-                for o, h in zip(out_refs, heads[1:])]
-    ref_after = float(np.mean(ref_vals))
+    ref_after = _cached_mean(out_refs, [lambda o, h=h: attacked(o, h) for h in heads[1:]], "head_relearn",
+                             layer, cache, context)
     excess = after - ref_after
     return ResurfaceResult(
         "head_relearn", True,

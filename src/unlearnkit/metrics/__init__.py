@@ -10,6 +10,7 @@ from .accuracy import accuracy
 from .cka import cka_subsample_indices, linear_cka
 from .feature_distance import fid_feat, mean_cosine_similarity, mean_l2
 from .knn import knn_accuracy
+from .lda import fewshot_recovery, head_relearn, heldout_auroc, mahalanobis_separability
 from .mia import entropy_mia, mia_auroc, mia_auroc_components, mia_features, svc_mia_efficacy
 from .probes import DeltaLPR, ProbeResult, linear_probe_recovery, paired_delta_lpr, sample_level_subsample
 from .separability import fisher_separability
@@ -24,6 +25,11 @@ METRIC_INFO: dict[str, str] = {
     "paired_delta_lpr": "LPR(unlearned) - LPR(retrained) on paired resplits, with a CI (Mirage, extended)",
     "linear_cka": "Linear CKA in [0,1], centered (Kornblith 2019) or uncentered (Mirage mirage_lib.py)",
     "fisher_separability": "||mu_f - mu_r||^2 / (Tr S_f + Tr S_r) on features (Mirage mirage_lib.py)",
+    "mahalanobis_separability": "dmu^T (S_w + 0.01 S_t)^+ dmu, Fisher LDA form, invariant to linear maps of the "
+                                "features (INFERRED: the audit's verdict statistic, metrics/lda.py)",
+    "heldout_auroc": "AUROC of the LDA discriminant on held-out resplits (INFERRED, metrics/lda.py)",
+    "fewshot_recovery": "a linear head re-fitted from a few forget shots, body frozen (INFERRED, metrics/lda.py)",
+    "head_relearn": "SGD on a model's own head in whitened coordinates, body frozen (INFERRED, metrics/lda.py)",
     "knn_accuracy": "Cosine k-NN accuracy %, majority or InstDisc-weighted vote (EC, protocol inferred)",
     "fid_feat": "Frechet distance of Gaussian fits to two feature sets (PURGE fid_baselines.py)",
     "mean_cosine_similarity": "Mean row-paired cosine similarity of two feature sets (PURGE run.py)",
@@ -33,6 +39,10 @@ METRIC_INFO: dict[str, str] = {
 }
 
 __all__ = [
+    "fewshot_recovery",
+    "head_relearn",
+    "heldout_auroc",
+    "mahalanobis_separability",
     "METRIC_INFO",
     "DeltaLPR",
     "ProbeResult",

@@ -4,7 +4,8 @@ reparametrisation of the network cannot move.
 Why (issue "The verdict can be fooled"): Mirage's trace-form separability
 ‖μ_f − μ_r‖² / (Tr Σ_f + Tr Σ_r) and centered linear CKA change when one unit is multiplied by a
 constant and the next layer divided by it: the function is the same, the numbers are not (digits,
-class 3: a rescaled masked original fell from 5.98x to 0.78x retrain's separability). Every number
+class 3: the issue's review lowered a masked original from 5.98x to 0.78x retrain's separability; the
+property test's random rescaling moved it 6.47x -> 9.34x). Every number
 here is computed in coordinates *whitened* by a covariance of the features themselves, so it is
 unchanged by any invertible linear map x -> A x of the features: per-unit rescaling, permutation and
 mixing of units (which a following linear or 1x1-conv layer can always compensate).

@@ -3,7 +3,7 @@
 A model handed to the audit can be the original up to a reparametrisation that leaves every
 prediction unchanged: a BatchNorm channel multiplied by c and the next layer divided by c, units
 permuted, or a stage's channels mixed by an invertible matrix that the next layer undoes. The
-trace-form separability of the old verdict fell 5.98x -> 0.78x under the first and certified a
+trace-form separability of the old verdict fell 5.98x -> 0.78x under the first (the issue's review) and certified a
 masked original ``erased``. Here every number the verdict reads (each comparison's estimate,
 interval and p-values, and the resurfacing checks that enter it) and the verdict itself must be
 the same for the model and for its rescaled, permuted and mixed copies.

@@ -1,7 +1,6 @@
 """Each verdict is reachable, on a model constructed to deserve it (digits, small_cnn, class 3)."""
 from __future__ import annotations
 
-import copy
 import math
 
 import pytest
@@ -9,6 +8,7 @@ import torch
 from audit_helpers import FAST, bn_masked, cached_audit, masked_head, noised
 
 from unlearnkit.audit import AuditConfig
+from unlearnkit.audit.calibrate import head_retrained
 
 
 def test_retrain_of_another_seed_is_erased(rep_erased):
@@ -128,31 +128,11 @@ def test_relearning_is_reported_and_the_head_refit_catches_a_soft_mask(original,
     assert [e for e in rep.evidence if "a few SGD steps" in e][0].startswith("(reported, not decided on")
 
 
-def _head_retrained(model, split, epochs=3):
-    """The original whose head was re-initialised and retrained on the retained data, body frozen:
-    the output forgets (no forget-class signal reaches the new head), the body holds the class."""
-    from unlearnkit.models.zoo import head_of
-
-    m = copy.deepcopy(model).eval()
-    head = head_of(m)
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        head.weight.normal_(0, 0.01, generator=g)
-        head.bias.zero_()
-    opt = torch.optim.SGD(head.parameters(), lr=0.05, momentum=0.9)
-    for _ in range(epochs):
-        for xb, yb in split.train_retain.batches(128, shuffle=True, generator=g):
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(m(xb), yb).backward()
-            opt.step()
-    return m
-
-
 def test_head_refit_is_the_resurfacing_check_with_power(original, retrain0, retrain1, audit_split, report_cache):
     """Positive control of the check itself: a body that still holds the class (head retrained on the
     retained data only) gives the class back from one example per draw; a retrained body does not.
     Ten SGD relearning steps leave the first at 0 %: that check only catches output masks."""
-    rep = cached_audit(report_cache, "head-retrained", original, _head_retrained(original, audit_split),
+    rep = cached_audit(report_cache, "head-retrained", original, head_retrained(original, audit_split),
                        retrain0, audit_split, config=AuditConfig(n_splits=5, bn_recalibration=False))
     assert rep.models["unlearned"]["outputs"]["forget_acc"] < 5.0
     hr = rep.resurfacing["head_refit"]
