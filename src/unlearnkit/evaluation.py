@@ -86,6 +86,11 @@ def output_metrics(outputs: dict[str, dict[str, Tensor]], split, test_convention
         m["forget_acc"] = accuracy(train_rows(outputs, split, target), target.y)
         m["ua_r"] = accuracy(train_rows(outputs, split, other), other.y) if len(other) else math.nan
     m["test_acc"] = m["test_acc_full"] if test_convention == "purge" else m["test_retain_acc"]
+    if not all(bool(torch.isfinite(z).all()) for z in (lf, lr, lt)):
+        # a broken model (NaN/inf logits, e.g. after a diverged gradient ascent): accuracies are what
+        # argmax gives, the MIA classifiers cannot be fitted on non-finite scores
+        m.update(mia_efficacy=math.nan, mia_auc=math.nan)
+        return {k: float(v) for k, v in m.items()}
     probs = lambda z: torch.softmax(z.double(), 1).numpy()  # noqa: E731
     # SalUn: shadow non-members = test (class-wise: retained classes), members = first len() retain samples
     n_shadow = min(len(ytr), len(yr))

@@ -131,7 +131,8 @@ def audit_command(
         else:
             table.add_row(name, "too few samples", "", "n/a", f"{r.cka_original:.3f}",
                           f"{r.cka_retrain:.3f}", "")
-    console.print(table)
+    if report.layers[report.rests_on]:
+        console.print(table)
     paths = write_audit(report, out)
     console.print(f"wrote {paths['json']}, {paths['md'].name} and {paths['html'].name}")
     return report

@@ -102,6 +102,32 @@ def _pca2(x: np.ndarray) -> np.ndarray:
     return comp
 
 
+def _non_finite(bad_weights: list[str], out_u: dict | None, layers: Sequence[str]) -> str | None:
+    """One line saying how the model is broken (non-finite weights or outputs), or None."""
+    if bad_weights:
+        more = f" and {len(bad_weights) - 3} more" if len(bad_weights) > 3 else ""
+        return (f"the model has non-finite weights (NaN or inf in {', '.join(bad_weights[:3])}{more}): it "
+                f"computes nothing, the forget set and everything else included")
+    bad = [f"{part} {key}" for part, d in out_u.items() for key in (*layers, LOGITS)
+           if key in d and not bool(torch.isfinite(d[key]).all())]
+    if bad:
+        return (f"the model's outputs are non-finite (NaN or inf at {', '.join(bad[:3])}"
+                f"{' and more' if len(bad) > 3 else ''}): it computes nothing usable")
+    return None
+
+
+def _collapsed_report(line: str, split, layers: Sequence[str], config: AuditConfig, elapsed: float) -> AuditReport:
+    """The audit of a broken model: ``collapsed``, one line of evidence, nothing measured."""
+    return AuditReport(
+        verdict="collapsed", evidence=[line], rests_on="train",
+        rests_on_reason="nothing was measured: the model is broken", layers={"train": []}, audit_data={"train": {}},
+        models={"unlearned": {"non_finite": True}}, resurfacing={}, idi={"idi": None, "note": "not computed"},
+        config=config, sample_level=is_sample_level(split), penultimate=list(layers)[-1],
+        timing={"total_s": elapsed},
+        task={"forget": split.spec.to_dict(), "split_hash": split.split_hash, "dataset": split.dataset.name,
+              "n_train_forget": len(split.train_forget), "n_test_forget": len(split.test_forget)})
+
+
 def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: Sequence[str] | None = None,
           config: AuditConfig = AuditConfig(), device=None, outputs: dict | None = None,
           cache: AuditCache | None = None) -> AuditReport:
@@ -129,8 +155,13 @@ def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: S
     if len(given_refs) != len(refs):
         raise ValueError(f"outputs['retrained'] has {len(given_refs)} entries for {len(refs)} retrained "
                          f"models")
+    bad_weights = [n for n, t in (*unlearned.named_parameters(), *unlearned.named_buffers())
+                   if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    out_u = None if bad_weights else _outputs_for(unlearned, given.get("unlearned"), layers, split, config, device)
+    broken = _non_finite(bad_weights, out_u, layers)
+    if broken:
+        return _collapsed_report(broken, split, layers, config, time.perf_counter() - t0)
     out_o = _outputs_for(original, given.get("original"), layers, split, config, device)
-    out_u = _outputs_for(unlearned, given.get("unlearned"), layers, split, config, device)
     out_r = [_outputs_for(m, g, layers, split, config, device) for m, g in zip(refs, given_refs)]
     t_forward = time.perf_counter() - t0
 

@@ -134,8 +134,16 @@ def idi_line(d: dict) -> str:
     return f"{head}. {i.get('note', '')}"
 
 
+def _nothing_measured(report: AuditReport) -> bool:
+    """A broken model's audit (non-finite weights or outputs): a verdict and one line, no numbers."""
+    return not report.layers.get(report.rests_on)
+
+
 def audit_markdown(report: AuditReport) -> str:
     d = report.to_dict()
+    if _nothing_measured(report):
+        return "\n".join([f"# Unlearning audit: **{d['verdict']}**", "", "## Evidence", "",
+                          *[f"- {e}" for e in d["evidence"]]]) + "\n"
     t = d["task"]
     lines = [f"# Unlearning audit: **{d['verdict']}**", "",
              f"{t['dataset']}, forget {t['forget']['kind']} "
@@ -276,6 +284,10 @@ def _html_table(header: list[str], rows: list[list[str]]) -> str:
 
 def audit_html(report: AuditReport) -> str:
     d = report.to_dict()
+    if _nothing_measured(report):
+        return ("<!doctype html><html><head><meta charset='utf-8'><title>unlearnkit audit</title></head><body>"
+                f"<h1>Verdict: {html.escape(d['verdict'])}</h1><ul>"
+                + "".join(f"<li>{html.escape(e)}</li>" for e in d["evidence"]) + "</ul></body></html>\n")
     figs = figures(report)
     colour = {"erased": "#1a7f37", "suppressed": "#b35900", "collapsed": "#8b0000",
               "not_forgotten": "#cf222e", "inconclusive": "#57606a"}.get(d["verdict"], "#000")

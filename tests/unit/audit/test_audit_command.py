@@ -75,3 +75,29 @@ def test_missing_checkpoint_is_a_user_error(app, ckpts, tmp_path):
     args[args.index("--original") + 1] = str(tmp_path / "nope.pt")
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 2 and "does not exist" in res.output
+
+
+@pytest.mark.parametrize("where", ["weights", "outputs"])
+def test_broken_model_is_collapsed_with_one_line(app, ckpts, original, tmp_path, where):
+    """A gradient ascent that diverged leaves NaN weights; the audit says collapsed, not a scikit-learn error."""
+    import copy
+
+    import torch
+
+    broken = copy.deepcopy(original)
+    with torch.no_grad():
+        if where == "weights":
+            broken.fc.weight.fill_(float("nan"))
+        else:  # finite weights whose activations overflow to inf
+            broken.fc1[0].weight.mul_(1e38)
+            broken.fc.weight.mul_(1e38)
+    path = tmp_path / "broken.pt"
+    save_checkpoint(broken, path, {"kind": "unlearned"})
+    res = CliRunner().invoke(app, ["audit", "--original", str(ckpts["original"]), "--unlearned", str(path),
+                                   "--retrained", str(ckpts["r0"]), "--dataset", "digits",
+                                   "--forget-classes", "3", "--out", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    got = json.loads((tmp_path / "a" / "audit.json").read_text())
+    assert got["verdict"] == "collapsed"
+    assert len(got["evidence"]) == 1 and "non-finite" in got["evidence"][0]
+    assert (tmp_path / "a" / "audit.html").exists()
