@@ -267,6 +267,16 @@ def _register_bench_report() -> None:
 _register_bench_report()
 
 
+def _register_forgetting_quality() -> None:
+    from .fq_command import forgetting_quality_command
+
+    app.command("forgetting-quality", help=forgetting_quality_command.__doc__)(
+        handles_errors(forgetting_quality_command))
+
+
+_register_forgetting_quality()
+
+
 def main() -> None:
     try:
         app()

@@ -7,18 +7,24 @@ each cell as a Ray task (``num_cpus=1``, and ``num_gpus=1`` when the cluster has
 cluster at ``address``, or to a local Ray started for the call. Both yield
 ``("start", cell, None)`` and ``("done", cell, result)`` events; only the caller writes the store.
 At most as many cells are in flight as there are workers, so "running" is what really runs.
+
+``run(items, machine, fn)`` calls ``fn(item, machine)`` for each item: ``fn`` is a top-level
+function of plain picklable data that returns a dict and never raises for a failing item (it
+returns ``{"ok": False, "error": ...}``); bench runs :func:`~unlearnkit.bench.cell.execute_cell`
+(the default), ``unlearnkit forgetting-quality`` its own jobs.
 """
 from __future__ import annotations
 
 import os
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 from ..errors import UserError
 from .cell import Machine, execute_cell
 from .grid import Cell
 
-Event = tuple[str, Cell, "dict | None"]
+Event = tuple[str, Cell, "dict | None"]  # or another item type, with another fn
+Execute = Callable[[Any, Machine], dict]
 
 
 def _die_with_parent() -> None:
@@ -48,11 +54,11 @@ class LocalExecutor:
             raise UserError(f"--jobs must be at least 1, got {jobs}")
         self.jobs = jobs
 
-    def run(self, cells: list[Cell], machine: Machine) -> Iterator[Event]:
+    def run(self, cells: list[Cell], machine: Machine, fn: Execute = execute_cell) -> Iterator[Event]:
         if self.jobs == 1:
             for cell in cells:
                 yield "start", cell, None
-                yield "done", cell, execute_cell(cell, machine)
+                yield "done", cell, fn(cell, machine)
             return
         import multiprocessing as mp
 
@@ -63,7 +69,7 @@ class LocalExecutor:
             todo, running = iter(cells), {}
             while True:
                 while len(running) < self.jobs and (cell := next(todo, None)) is not None:
-                    running[pool.submit(execute_cell, cell, machine)] = cell
+                    running[pool.submit(fn, cell, machine)] = cell
                     yield "start", cell, None
                 if not running:
                     return
@@ -102,7 +108,7 @@ class RayExecutor:
             raise UserError("--executor ray needs Ray: pip install 'unlearnkit[ray]'") from None
         return ray
 
-    def run(self, cells: list[Cell], machine: Machine) -> Iterator[Event]:
+    def run(self, cells: list[Cell], machine: Machine, fn: Execute = execute_cell) -> Iterator[Event]:
         ray = self._ray()
         started_here = not ray.is_initialized()
         if started_here:
@@ -114,7 +120,7 @@ class RayExecutor:
         try:
             resources = ray.cluster_resources()
             gpus = int(resources.get("GPU", 0))
-            task = ray.remote(num_cpus=1, num_gpus=1 if gpus else 0, max_retries=0)(execute_cell)
+            task = ray.remote(num_cpus=1, num_gpus=1 if gpus else 0, max_retries=0)(fn)
             slots = max(1, gpus or int(resources.get("CPU", 1)))
             todo, running = iter(cells), {}
             while True:

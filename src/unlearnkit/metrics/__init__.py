@@ -9,6 +9,13 @@ difference from it.
 from .accuracy import accuracy
 from .cka import cka_subsample_indices, linear_cka
 from .feature_distance import fid_feat, mean_cosine_similarity, mean_l2
+from .forgetting_quality import (
+    ForgetScore,
+    final_score,
+    forget_score,
+    logit_scaled_confidence,
+    per_example_epsilons,
+)
 from .knn import knn_accuracy
 from .lda import fewshot_recovery, head_relearn, heldout_auroc, mahalanobis_separability
 from .mia import entropy_mia, mia_auroc, mia_auroc_components, mia_features, svc_mia_efficacy
@@ -36,9 +43,21 @@ METRIC_INFO: dict[str, str] = {
     "mean_l2": "Mean row-paired L2 distance of two feature sets (PURGE run.py)",
     "gap": "Mean |unlearned - retrained| over UA, RA, TA, MIA in % (TARF Gap)",
     "h_mean": "Harmonic mean of (100 - forget acc) and retain acc in % (EC H-Mean, inferred)",
+    "logit_scaled_confidence": "log p_y - log(1 - p_y) from logits, float64 (NeurIPS'23 unlearning challenge "
+                               "metric.py, after LiRA)",
+    "per_example_epsilons": "(eps, delta=1e-5) per forget example from N unlearned vs N retrained "
+                            "confidences, threshold attacks, capped at 50 (challenge metric.py)",
+    "forget_score": "Challenge forgetting quality in [0,1]: mean over D_f of 2^-k, k = eps's 0.5-bucket "
+                    "up to ceil(log(N-1)) (metric.py)",
+    "final_score": "Forget score x mean RA_u/RA_r x mean TA_u/TA_r (NeurIPS'23 challenge main.py)",
 }
 
 __all__ = [
+    "ForgetScore",
+    "final_score",
+    "forget_score",
+    "logit_scaled_confidence",
+    "per_example_epsilons",
     "fewshot_recovery",
     "head_relearn",
     "heldout_auroc",
