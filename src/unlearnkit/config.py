@@ -56,6 +56,7 @@ class RunConfig:
     audit: bool = True
     idi: bool = False           # also estimate IDI in every audit (trains InfoNCE critics; slower)
     audit_config: dict = field(default_factory=dict)   # overrides of AuditConfig's fields
+    references: int | None = None  # retrained references for the audit (None: 1 on a calibrated architecture, else 5)
     out: str = "runs/run"
     data_dir: str = "data"
     download: bool = False
@@ -88,6 +89,9 @@ class RunConfig:
             raise UserError(f"test_convention must be salun or purge, not {self.test_convention!r}")
         if not self.methods:
             raise UserError("no method given: pass --methods (e.g. finetune,gradient_ascent or all)")
+        if self.references is not None and (isinstance(self.references, bool) or not isinstance(self.references, int)
+                                            or self.references < 1):
+            raise UserError(f"references must be an integer >= 1, not {self.references!r}")
         for key in ("model_kwargs", "method_params", "recipe", "audit_config", "runtime"):
             if not isinstance(getattr(self, key), dict):
                 raise UserError(f"config key {key!r} must be a mapping")

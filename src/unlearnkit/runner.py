@@ -124,6 +124,17 @@ def audit_settings(cfg: RunConfig):
         raise UserError(f"unknown audit_config key(s) {bad}; known: {', '.join(AuditConfig.field_names())}") from None
 
 
+def audit_references(cfg: RunConfig, model) -> int:
+    """How many retrained references the audit uses: ``cfg.references``, or 1 on an architecture
+    whose constant tolerance was calibrated (:data:`unlearnkit.audit.tolerance.CALIBRATED`) and 5
+    elsewhere (tolerances derived from their spread; see docs/audit.md)."""
+    from .audit.tolerance import calibrated_for
+
+    if cfg.references is not None:
+        return cfg.references
+    return 1 if calibrated_for(model) else 5
+
+
 def resolve_model(cfg: RunConfig, bundle) -> tuple[RunConfig, str, dict]:
     """``(cfg, model_name, model_kwargs)`` to build: the model itself, or in the VFL setting a
     ``vfl`` model whose bottom is ``cfg.model`` (default by data); ``cfg.model`` is filled in."""
@@ -171,6 +182,13 @@ def run_experiment(cfg: RunConfig, progress: bool = True, audit_original: bool =
     retrain = reference_model("retrain", **common)
     for ref in (original, retrain):
         say(f"{ref.meta['kind']}: {'cached' if ref.cached else 'trained'} {ref.path}")
+    extra_refs = []
+    if cfg.audit:
+        k = audit_references(cfg, original.model)
+        extra_refs = [reference_model("retrain", **{**common, "seed": cfg.seed + i}) for i in range(1, k)]
+        if k > 1:
+            say(f"audit: {k} retrained references (seeds {cfg.seed}..{cfg.seed + k - 1}), tolerances derived from "
+                f"their spread")
 
     models: dict[str, dict] = {}
     layers: list[str] = audit_layers(original.model) if cfg.audit else []
@@ -190,6 +208,8 @@ def run_experiment(cfg: RunConfig, progress: bool = True, audit_original: bool =
                    {"checkpoint": str(original.path), "sha256": original.meta["sha256"]})
     out_r = record("retrain", retrain.model, retrain.meta["train_time_s"],
                    {"checkpoint": str(retrain.path), "sha256": retrain.meta["sha256"]})
+    refs = [retrain.model, *(r.model for r in extra_refs)]
+    outs_r = [out_r, *(model_outputs(r.model, split, layers, device) for r in extra_refs)]
 
     from .audit.memo import AuditCache
 
@@ -201,8 +221,8 @@ def run_experiment(cfg: RunConfig, progress: bool = True, audit_original: bool =
             return
         from .audit import audit, write_audit
 
-        rep = audit(original.model, model, retrain.model, split, layers, config=audit_config, device=device,
-                    outputs={"original": out_o, "unlearned": outputs, "retrained": [out_r]}, cache=audit_cache)
+        rep = audit(original.model, model, refs, split, layers, config=audit_config, device=device,
+                    outputs={"original": out_o, "unlearned": outputs, "retrained": outs_r}, cache=audit_cache)
         write_audit(rep, out / "audits" / name)
         models[name]["audit"] = rep.to_dict()
         console.print(f"  audit {name}: [bold]{rep.verdict}[/] ({rep.timing['total_s']:.1f}s)")

@@ -102,6 +102,7 @@ def test_train_command(tmp_path):
     (["--dataset", "digits"], "say what to forget"),
     (["--dataset", "cifar10", "--forget-classes", "3"], "--download"),
     (["--dataset", "digits", "--forget-classes", "3", "--device", "cuda"], "no CUDA"),
+    (["--dataset", "digits", "--forget-classes", "3", "--references", "0"], "references must be an integer >= 1"),
 ])
 def test_bad_input_one_line_exit_2(tmp_path, args, msg):
     r = invoke("run", *args, "--data-dir", tmp_path / "data", "--out", tmp_path / "o", "--cache-dir", tmp_path / "c",

@@ -42,7 +42,9 @@ def audit_command(
     unlearned: Path = typer.Option(..., help="checkpoint of the unlearned model to audit"),
     retrained: List[Path] = typer.Option(
         ..., "--retrained", help="checkpoint of a model retrained without the forget set; repeat the option "
-                                 "for several seeds (their spread can widen the tolerance)"),
+                                 "for several seeds: with 2 or more, each layer's tolerance is derived from "
+                                 "their spread (5 recommended; one is enough only on small_cnn, the calibrated "
+                                 "architecture)"),
     dataset: str = typer.Option(..., help="dataset the models were trained on (unlearnkit list datasets)"),
     forget_classes: Optional[str] = typer.Option(None, help="forgotten classes, e.g. 3 or 3,8"),
     forget_random: Optional[float] = typer.Option(None, help="random forget set: fraction (0,1) or count "
@@ -133,6 +135,9 @@ def audit_command(
                           f"{r.cka_retrain:.3f}", "")
     if report.layers[report.rests_on]:
         console.print(table)
+        pen = report.layer(report.penultimate)
+        if pen.tolerance is not None:
+            console.print(f"tolerance: {pen.tolerance.describe()}", highlight=False, markup=False)
     paths = write_audit(report, out)
     console.print(f"wrote {paths['json']}, {paths['md'].name} and {paths['html'].name}")
     return report

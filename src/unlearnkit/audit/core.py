@@ -27,6 +27,7 @@ from .layers import assign_margins, measure_data
 from .memo import AuditCache
 from .report import AuditReport
 from .resurface import bn_recalibration_check, head_refit_check, head_relearn_check, relearn_check
+from .tolerance import calibrated_for
 from .verdict import decide, measurements
 from .vfl import transmitted_diagnostics
 
@@ -102,6 +103,21 @@ def _pca2(x: np.ndarray) -> np.ndarray:
     return comp
 
 
+def same_vector_layers(layers: Sequence[str], outs: list[dict]) -> dict[str, str]:
+    """Audit layers that read the same vector as a deeper one in every model (a ResNet's pooled last
+    stage and its ``penultimate``, the average-pooled input of the head): ``{shallower: deeper}``.
+    They are measured once, under the deeper name, so no layer counts twice in the verdict's family."""
+    same: dict[str, str] = {}
+    for i, a in enumerate(layers):
+        for b in layers[i + 1:]:
+            if all(o[part][a].shape == o[part][b].shape and torch.allclose(o[part][a], o[part][b], rtol=1e-5,
+                                                                            atol=1e-6)
+                   for o in outs for part in ("train_forget", "train_retain", "test")):
+                same[a] = b
+                break
+    return same
+
+
 def _non_finite(bad_weights: list[str], out_u: dict | None, layers: Sequence[str]) -> str | None:
     """One line saying how the model is broken (non-finite weights or outputs), or None."""
     if bad_weights:
@@ -163,6 +179,8 @@ def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: S
         return _collapsed_report(broken, split, layers, config, time.perf_counter() - t0)
     out_o = _outputs_for(original, given.get("original"), layers, split, config, device)
     out_r = [_outputs_for(m, g, layers, split, config, device) for m, g in zip(refs, given_refs)]
+    same_as = same_vector_layers(layers, [out_o, out_u, *out_r])
+    layers = [name for name in layers if name not in same_as]
     t_forward = time.perf_counter() - t0
 
     t1 = time.perf_counter()
@@ -183,9 +201,9 @@ def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: S
     context = (*cache.key(split), AuditCache.config_key(config))
     results = {}
     for name, data in datas.items():
-        per_layer = measure_data(data, layers, out_u, out_o, out_r, config, cache, context, device)
-        assign_margins(per_layer, len(refs), config)
-        results[name] = per_layer
+        results[name] = measure_data(data, layers, out_u, out_o, out_r, config, cache, context, device)
+    calibrated_on = calibrated_for(original, unlearned, *refs)
+    assign_margins(results, len(refs), config, calibrated_on, sample_level)
 
     t3 = time.perf_counter()
     # per-model representation numbers at the penultimate layer (or the deepest audited one)
@@ -262,5 +280,9 @@ def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: S
         timing={"forward_s": t_forward, "output_metrics_s": t2 - t1, "layers_s": t3 - t2,
                 "knn_fid_s": t4 - t3, "resurfacing_s": t5 - t4, "idi_s": t6 - t5, "total_s": time.perf_counter() - t0},
         task={"forget": split.spec.to_dict(), "split_hash": split.split_hash, "dataset": split.dataset.name,
-              "n_train_forget": len(split.train_forget), "n_test_forget": len(split.test_forget)},
+              "n_train_forget": len(split.train_forget), "n_test_forget": len(split.test_forget),
+              "same_vector_layers": same_as,
+              "tolerance": {"references": len(refs), "calibrated_on": calibrated_on,
+                            "source": results[rests_on][-1].tolerance.source
+                            if results[rests_on] and results[rests_on][-1].tolerance else None}},
     )

@@ -32,6 +32,7 @@ from ..metrics.lda import heldout_auroc
 from .config import AuditConfig
 from .data import AuditData
 from .memo import AuditCache
+from .tolerance import Tolerance, separability_tolerance
 from .probing import (ProbeScores, bootstrap_weights, mahalanobis_draws, make_splits, masks, paired_interval,
                       probe_scores)
 
@@ -92,6 +93,8 @@ class LayerResult:
     auroc_margin: float = math.nan            # the tolerances applied at this layer
     separability_margin: float = math.nan
     margin_source: str = ""
+    tolerance: Tolerance | None = None        # the separability tolerance and its provenance
+    mahalanobis_refs: list = field(default_factory=list)  # D² of each reference
     per_split: dict = field(default_factory=dict, repr=False)
 
 
@@ -213,6 +216,7 @@ def _layer_result(layer: str, data: AuditData, ms: list[_Model], splits, probed:
     d_refs, draws_refs = [m.d2 for m in m_refs], [m.d2_draws for m in m_refs]
     res.mahalanobis, res.mahalanobis_original = m_u.d2, m_o.d2
     res.mahalanobis_retrained = float(np.mean(d_refs))
+    res.mahalanobis_refs = [float(d) for d in d_refs]
     res.separability_ratio = _ratio_interval(m_u.d2, m_u.d2_draws, d_refs, draws_refs, config)
     res.separability_ratio_original = _ratio_interval(m_o.d2, m_o.d2_draws, d_refs, draws_refs, config)
     # Mirage's probe, reported
@@ -236,25 +240,19 @@ def _layer_result(layer: str, data: AuditData, ms: list[_Model], splits, probed:
     return res
 
 
-def assign_margins(results: list[LayerResult], n_refs: int, config: AuditConfig) -> None:
-    """Set each layer's tolerances: the defaults, widened by the references' spread.
-
-    With k >= 2 references, each layer's margin is max(default, ``spread_factor`` x the largest
-    deviation of one reference from the mean of the others). The spread only ever widens the
-    tolerance: with few references a small spread is weak evidence that seeds agree.
-    """
-    for r in results:
-        r.auroc_margin, r.separability_margin = config.auroc_margin, config.separability_margin
-        r.margin_source = "default"
-        if n_refs > 1 and r.ref_spread_auroc is not None and r.ref_spread_separability is not None:
-            f = config.spread_factor
-            au = f * r.ref_spread_auroc
-            sep = math.exp(f * r.ref_spread_separability)
-            widened = au > r.auroc_margin or sep > r.separability_margin
-            r.auroc_margin = max(r.auroc_margin, au)
-            r.separability_margin = max(r.separability_margin, sep)
-            if widened:
-                r.margin_source += f", widened to {f:g}x the spread of the {n_refs} retrained references"
-            else:
-                r.margin_source += (f"; the {n_refs} retrained references agree more closely ({f:g}x spread "
-                                    f"{au:.1f} pts / {sep:.2f}x)")
+def assign_margins(results: dict[str, list[LayerResult]], n_refs: int, config: AuditConfig,
+                   calibrated_on: str | None, sample_level: bool) -> None:
+    """Set each layer's tolerances (:mod:`unlearnkit.audit.tolerance`): the separability tolerance
+    from the references' spread (K >= 2) or the calibrated constant (K = 1), over the family of every
+    probed (audit data, layer); the reported ΔAUROC's reference line is the default widened by
+    ``spread_factor`` x the references' largest deviation."""
+    family = sum(1 for rs in results.values() for r in rs if r.probed)
+    for rs in results.values():
+        for r in rs:
+            logs = [math.log(max(d, 1e-300)) for d in r.mahalanobis_refs]
+            tol = separability_tolerance(logs, family, sample_level, calibrated_on, config)
+            r.tolerance, r.separability_margin = tol, tol.value
+            r.margin_source = tol.describe()
+            r.auroc_margin = config.auroc_margin
+            if n_refs > 1 and r.ref_spread_auroc is not None:
+                r.auroc_margin = max(r.auroc_margin, config.spread_factor * r.ref_spread_auroc)

@@ -19,10 +19,12 @@ statistic) with its p-value, Holm-adjusted over the whole family. :func:`decide`
 5. :func:`no_positive_control`: the original model, measured the same way, is nowhere clear of the
    tolerance on that data, so a model that kept the original representation could not be caught
    either: ``inconclusive``.
-6. :func:`not_equivalent`: some comparison's interval on that data still reaches the tolerance:
+6. :func:`uncalibrated`: one retrained reference on an architecture whose constant tolerance was
+   not validated (:mod:`unlearnkit.audit.tolerance`): ``inconclusive`` (pass 5 or more references).
+7. :func:`not_equivalent`: some comparison's interval on that data still reaches the tolerance:
    ``inconclusive``, naming the deciding layer and statistic and roughly how many forget samples
    would decide.
-7. :func:`erased`: an equivalence claim (two one-sided tests, combined as an intersection-union test,
+8. :func:`erased`: an equivalence claim (two one-sided tests, combined as an intersection-union test,
    which needs no multiplicity correction): every layer and every statistic within tolerance of
    retrain, the original clear of it somewhere, utility kept.
 
@@ -265,6 +267,24 @@ def no_positive_control(m: Measurements) -> Decision | None:
         + (f"; roughly {need} forget samples would be needed." if need else ".") + tail], need)
 
 
+def _uncalibrated(m: Measurements) -> list[LayerResult]:
+    return [r for r in m.layers[m.rests_on] if r.probed and r.tolerance is not None
+            and r.tolerance.source == "uncalibrated"]
+
+
+def uncalibrated(m: Measurements) -> Decision | None:
+    """One reference on an architecture whose constant tolerance was never validated: the spread of
+    retrains is unknown, so equivalence to retrain cannot be claimed."""
+    if not _uncalibrated(m):
+        return None
+    return Decision("inconclusive", [UNCALIBRATED + "; erasure is certified only with tolerances derived from "
+                                                    "5 or more retrained references (--references 5)"])
+
+
+UNCALIBRATED = ("the tolerance (2x, calibrated on small_cnn) was not validated for this architecture and one "
+                "retrained reference cannot say how far retrains of other seeds differ from each other")
+
+
 def not_equivalent(m: Measurements) -> Decision | None:
     open_ = [c for c in m.on(m.rests_on) if not c.within]
     if not open_:
@@ -294,7 +314,7 @@ def erased(m: Measurements) -> Decision:
 
 
 RULES: tuple[Callable[[Measurements], Decision | None], ...] = (
-    collapsed, not_forgotten, suppressed, too_few, no_positive_control, not_equivalent, erased)
+    collapsed, not_forgotten, suppressed, too_few, no_positive_control, uncalibrated, not_equivalent, erased)
 
 
 def decide(m: Measurements) -> Decision:
@@ -309,6 +329,8 @@ def decide(m: Measurements) -> Decision:
             d.evidence.insert(0, f"output forgets like retrain: forget accuracy {u['forget_acc']:.1f}% vs "
                                  f"retrain's {r['forget_acc']:.1f}%, test-retain accuracy "
                                  f"{u['test_retain_acc']:.1f}% vs {r['test_retain_acc']:.1f}%")
+        if d.verdict == "suppressed" and _uncalibrated(m):
+            d.evidence.append(f"(caution) {UNCALIBRATED}: a retrain of this architecture could differ by more")
         d.evidence.extend(_reported_only(m))
         return d
     raise AssertionError("the last rule always decides")  # pragma: no cover

@@ -119,27 +119,45 @@ def small_cnn(num_classes: int, in_channels: int = 1, image_size: int = 28, widt
     return m
 
 
-def _resnet(arch: str, num_classes: int, in_channels: int, image_size: int, cifar_stem: bool | None) -> nn.Module:
+def _resnet(arch: str, num_classes: int, in_channels: int, image_size: int, cifar_stem: bool | None,
+            width: int = 64) -> nn.Module:
     import torchvision.models as tvm
 
     m = getattr(tvm, arch)(weights=None, num_classes=num_classes)
+    mult = 1 if arch in ("resnet18", "resnet34") else 4
+    if width != 64:  # a narrower ResNet (CPU runs): the same blocks with width, 2w, 4w, 8w channels
+        if width < 1:
+            raise UserError(f"width must be >= 1, got {width}")
+        block = type(m.layer1[0])
+        m.inplanes = width
+        m.bn1 = nn.BatchNorm2d(width)
+        for i, n_blocks in enumerate(len(getattr(m, f"layer{j}")) for j in range(1, 5)):
+            setattr(m, f"layer{i + 1}", m._make_layer(block, width * 2 ** i, n_blocks, stride=1 if i == 0 else 2))
+        m.fc = nn.Linear(8 * width * mult, num_classes)
+        for mod in m.modules():  # torchvision's initialisation of the rebuilt modules
+            if isinstance(mod, nn.Conv2d):
+                nn.init.kaiming_normal_(mod.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(mod, nn.BatchNorm2d):
+                nn.init.ones_(mod.weight)
+                nn.init.zeros_(mod.bias)
     if cifar_stem is None:
         cifar_stem = image_size <= 64
     if cifar_stem:
-        m.conv1 = nn.Conv2d(in_channels, 64, 3, 1, 1, bias=False)
+        m.conv1 = nn.Conv2d(in_channels, width, 3, 1, 1, bias=False)
         m.maxpool = nn.Identity()
-    elif in_channels != 3:
-        m.conv1 = nn.Conv2d(in_channels, 64, 7, 2, 3, bias=False)
-    mult = 1 if arch in ("resnet18", "resnet34") else 4
-    m.unlearnkit_taps = {f"layer{i}": Tap(f"layer{i}", channels=64 * 2 ** (i - 1) * mult) for i in range(1, 5)}
+    elif in_channels != 3 or width != 64:
+        m.conv1 = nn.Conv2d(in_channels, width, 7, 2, 3, bias=False)
+    m.unlearnkit_taps = {f"layer{i}": Tap(f"layer{i}", channels=width * 2 ** (i - 1) * mult) for i in range(1, 5)}
     m.unlearnkit_taps["penultimate"] = Tap("fc", "input")
     m.unlearnkit_head = "fc"
     return m
 
 
-@register_model("resnet18", "ResNet-18 with the CIFAR stem (3x3 conv1, no max-pool), as SalUn's models/ResNet.py")
-def resnet18(num_classes: int, in_channels: int = 3, image_size: int = 32, cifar_stem: bool | None = True):
-    return _resnet("resnet18", num_classes, in_channels, image_size, cifar_stem)
+@register_model("resnet18", "ResNet-18 with the CIFAR stem (3x3 conv1, no max-pool), as SalUn's models/ResNet.py; "
+                            "width=16 gives a narrow one for CPU runs")
+def resnet18(num_classes: int, in_channels: int = 3, image_size: int = 32, cifar_stem: bool | None = True,
+             width: int = 64):
+    return _resnet("resnet18", num_classes, in_channels, image_size, cifar_stem, width)
 
 
 @register_model("resnet50", "ResNet-50 (CIFAR stem for images <= 64 px, ImageNet stem above)")

@@ -65,6 +65,11 @@ def retrain2(audit_split, audit_cache):
 
 
 @pytest.fixture(scope="session")
+def retrain3(audit_split, audit_cache):
+    return _train("retrain", audit_split, 3, audit_cache)
+
+
+@pytest.fixture(scope="session")
 def report_cache():
     """Audits are the slow part: each (case, config) is computed once per session."""
     return {}

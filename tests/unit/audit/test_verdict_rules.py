@@ -36,7 +36,7 @@ def _m(comps, n_forget=100, resurfacing=None, out_u=OUT, out_r=OUT, data=("train
 
 def test_the_rules_run_in_the_documented_order():
     assert [r.__name__ for r in RULES] == ["collapsed", "not_forgotten", "suppressed", "too_few",
-                                           "no_positive_control", "not_equivalent", "erased"]
+                                           "no_positive_control", "uncalibrated", "not_equivalent", "erased"]
 
 
 def test_holm_adjusted_p_values_by_hand():
