@@ -20,9 +20,11 @@ Deliberate differences from the reference (everything else follows it step by st
   reference averages the 0/1 decisions in float32 and takes the logs of those float32 rates,
   which moves ε in about the 6th digit).
 - The single-threshold grid is built with the formula of ``torch.linspace``'s CUDA kernel (the
-  reference's grid: ``start + i*step`` in the first half, ``end - (n-1-i)*step`` in the second);
-  the GPU may fuse the multiply-add, so a grid point can differ in its last bit, which matters
-  only for a confidence lying exactly on it.
+  reference's grid: ``start + i*step`` in the first half, ``end - (n-1-i)*step`` in the second),
+  in float64. The reference's ``torch.linspace`` has no dtype and so runs in torch's default
+  float32: its endpoints and grid points are rounded to float32 (about 1e-7 relative, and the
+  GPU may fuse the multiply-add), so a confidence that close to a grid point can fall on the
+  other side of it there. The double-threshold grids are numpy float64 in both.
 - The reference ends with ``assert thr_eps`` on a numpy array, which raises "the truth value of
   an array ... is ambiguous" whenever more than one threshold survives (that is, nearly always);
   we check that the array is non-empty (what the assert means) and raise ``ValueError`` otherwise.
@@ -130,7 +132,8 @@ def _double_threshold_counts(pos: np.ndarray, neg: np.ndarray) -> tuple[np.ndarr
 
 
 def _torch_linspace(start: float, end: float, steps: int) -> np.ndarray:
-    """``torch.linspace(start, end, steps)`` by its CUDA kernel's formula, in float64."""
+    """``torch.linspace(start, end, steps)`` by its CUDA kernel's formula, in float64 (the
+    reference's call runs in float32, torch's default dtype)."""
     if steps == 1:
         return np.array([start])
     step = (end - start) / (steps - 1)

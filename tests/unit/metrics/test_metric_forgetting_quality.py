@@ -55,7 +55,11 @@ def _cuda_linspace(start, end, steps):
 def _slow_single_rates(pos, neg, dtype):
     all_confs = np.concatenate([pos, neg])
     lo, hi = all_confs.min(), all_confs.max()
-    thresholds = _cuda_linspace(lo, hi, int(np.ceil((hi - lo) * 100)))
+    steps = int(np.ceil((hi - lo) * 100))
+    if dtype == np.float32:  # as the reference: torch.linspace without a dtype runs in float32
+        thresholds = torch.linspace(torch.tensor(lo), torch.tensor(hi), steps).numpy().astype(np.float64)
+    else:
+        thresholds = _cuda_linspace(lo, hi, steps)
     m, t = pos.shape[0], thresholds.shape[0]
     thr = np.tile(thresholds[None], (m, 1))
     pos_t, neg_t = np.tile(pos[:, None], (1, t)), np.tile(neg[:, None], (1, t))
@@ -65,7 +69,8 @@ def _slow_single_rates(pos, neg, dtype):
 
 def slow_epsilons(unlearned, retrained, delta=DELTA, dtype=np.float64):
     """metric.py's _get_epsilons after compute_forget_score_from_confs' choice of the positive side;
-    ``dtype=np.float32`` computes the rates (and so the logs) in float32, as the reference does."""
+    ``dtype=np.float32`` computes the single-threshold grid and the rates (and so the logs) in
+    float32, as the reference does."""
     retrain_is_positive = np.median(retrained, 0) > np.median(unlearned, 0)
     pos_confs = np.where(retrain_is_positive, retrained, unlearned)
     neg_confs = np.where(retrain_is_positive, unlearned, retrained)
