@@ -195,12 +195,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fq-class", type=int, default=3)
     p.add_argument("--fq", default="", help="forgetting_quality.json of the same methods, for the agreement")
     p.add_argument("--skip-matrix", action="store_true", help="only the methods")
+    p.add_argument("--threads", type=int, default=2, help="torch threads")
     a = p.parse_args(argv)
     unknown = [m for m in a.models.split(",") if m not in MODELS]
     if unknown:
         print(f"error: unknown model(s) {unknown}; choose from {list(MODELS)}", file=sys.stderr)
         return 2
-    torch.set_num_threads(2)
+    torch.set_num_threads(a.threads)
     rows: list[dict] = []
     for dataset in a.datasets.split(",") if not a.skip_matrix else []:
         for arch in a.models.split(","):

@@ -150,11 +150,12 @@ class AuditConfig:
     than ``resurface_margin`` = 20 points above what retrain recovers, or head re-fit recovery more
     than ``head_refit_margin`` = 35 points above retrain's, makes the verdict ``suppressed``
     (``CALIBRATION``: one shot recovers the class at 98 % (digits) / 65 % (mnist5k) from the
-    original's body, 13-40 % / 24-33 % from retrained bodies). Two relearning attacks are reported, not
-    decided on (each in the evidence when it fires): ``head_relearn`` (``relearn_steps`` = 10 SGD
-    steps, lr ``head_relearn_lr`` = 0.01, on the model's own head with the body frozen, from
-    ``relearn_k`` = 5 examples per class, in coordinates whitened by the retained features: invariant,
-    but retrained heads disagree by up to 49 points out of calibration, digits class 6) and
+    original's body, 13-40 % / 24-33 % from retrained bodies). ``head_relearn`` (``relearn_steps`` = 10
+    SGD steps, lr ``head_relearn_lr`` = 0.01, on the model's own head with the body frozen, from
+    ``relearn_k`` = 5 examples per class, in coordinates whitened by the retained features: invariant)
+    decides with K >= 2 references, over a margin from their spread (``resurface.relearn_margin``);
+    with one it is reported only (retrained heads disagree by up to 49 points out of calibration,
+    digits class 6). Reported, never decided on:
     ``relearn`` (the same SGD on all raw weights, lr ``relearn_lr`` = 0.01: SGD on raw weights depends
     on the parametrisation, so a function-preserving change could move it).
 

@@ -149,8 +149,9 @@ def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: S
           cache: AuditCache | None = None) -> AuditReport:
     """Audit ``unlearned`` against ``original`` and the retrained reference(s) on ``split``.
 
-    ``retrained`` is one model or a list (retrained with different seeds: their spread can widen
-    each layer's tolerance, see :class:`AuditConfig`). ``layers`` defaults to the model's audit layers (stage outputs and
+    ``retrained`` is one model or a list (retrained with different seeds: with two or more, each
+    layer's tolerance is derived from their spread, :mod:`unlearnkit.audit.tolerance`; one is enough
+    to certify ``erased`` only on a calibrated architecture). ``layers`` defaults to the model's audit layers (stage outputs and
     ``penultimate``). ``outputs`` may pass precomputed
     ``{"original": ..., "unlearned": ..., "retrained": [...]}`` from
     :func:`unlearnkit.evaluation.model_outputs` (with every audit layer and the logits) to reuse a

@@ -18,7 +18,7 @@ excess over retrain (a retrained model relearns a little too):
   mask or a reset head row changes nothing here. It reads the features the audit already has (no
   forward pass) and, like the representation statistics, no function-preserving reparametrisation
   moves it. Class forgetting only.
-* **head relearning** (body frozen; reported, not read by the verdict): ``relearn_steps`` full-batch
+* **head relearning** (body frozen; decides with K >= 2 references, reported with one): ``relearn_steps`` full-batch
   SGD steps (lr ``head_relearn_lr``, momentum 0.9) on the model's *own* head, on ``relearn_k``
   examples of each class, with the head written in coordinates whitened by the retained features
   (:func:`unlearnkit.metrics.lda.head_relearn`: the same attack for every function-preserving
@@ -26,9 +26,12 @@ excess over retrain (a retrained model relearns a little too):
   forgotten class behind a suppressed bias (an output-level hiding the representation statistics
   cannot see, because a retrained body separates an unseen digit too) gives it back in a few steps:
   on mnist5k class 3 bad teacher 94 %, SSD 88 %, an output mask with bias -10 84 %, retrained heads
-  0 %. It does not decide because retrained heads themselves disagree out of calibration: on digits
-  class 6 retrains of seeds 0-3 relearn the class at 14, 41, 25 and 64 %, so any margin that
-  catches ec+cola (+35) would flag a genuine retrain (+49).
+  0 %. With one reference it does not decide because retrained heads themselves disagree out of
+  calibration: on digits class 6 retrains of seeds 0-3 relearn the class at 14, 41, 25 and 64 %, so
+  any constant margin that catches ec+cola (+35) would flag a genuine retrain (+49). With K >= 2
+  references the margin is derived from their spread (:func:`relearn_margin`: a one-sided prediction
+  bound, at least ``resurface_margin``), so it is wide where retrains disagree (class 6) and tight
+  where they agree (class 3: all at 0 %), and the check decides.
 * **k-shot relearning** (reported, not read by the verdict: SGD depends on the parametrisation):
   fine-tune a copy for ``relearn_steps`` full-batch SGD steps (lr ``relearn_lr``, momentum 0.9,
   BatchNorm/dropout in eval mode) on ``relearn_k`` training examples of each forgotten class plus
@@ -41,6 +44,7 @@ excess over retrain (a retrained model relearns a little too):
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -213,12 +217,29 @@ def relearn_check(unlearned: nn.Module, refs: list[nn.Module], split, before: fl
         margin=config.resurface_margin)
 
 
-def _cached_mean(out_refs: list[dict], computes: list, name: str, layer: str, cache, context: tuple) -> float:
-    """Mean over the references of ``computes[i](out_refs[i])``, each from ``cache`` when an earlier
-    audit of the run computed it for the same outputs, check, layer and settings."""
-    vals = [f(o) if cache is None else cache.get_or(cache.key(o, name, layer, *context), lambda o=o, f=f: f(o))
+def _cached_values(out_refs: list[dict], computes: list, name: str, layer: str, cache,
+                   context: tuple) -> list[float]:
+    """``computes[i](out_refs[i])`` for every reference, each from ``cache`` when an earlier audit of
+    the run computed it for the same outputs, check, layer and settings."""
+    return [f(o) if cache is None else cache.get_or(cache.key(o, name, layer, *context), lambda o=o, f=f: f(o))
             for o, f in zip(out_refs, computes)]
-    return float(np.mean(vals))
+
+
+def _cached_mean(out_refs: list[dict], computes: list, name: str, layer: str, cache, context: tuple) -> float:
+    """Mean over the references of :func:`_cached_values`."""
+    return float(np.mean(_cached_values(out_refs, computes, name, layer, cache, context)))
+
+
+def relearn_margin(ref_values: list[float], config: AuditConfig) -> float:
+    """The head-relearning margin from K >= 2 references: max(``resurface_margin``,
+    t_{K-1, confidence} · s · sqrt(1 + 1/K)) points, s the references' standard deviation (a one-sided
+    Gaussian prediction bound for a new retrain's excess over the references' mean; INFERRED, as the
+    layers' tolerance in :mod:`unlearnkit.audit.tolerance`)."""
+    from scipy import stats
+
+    k = len(ref_values)
+    sd = float(np.std(ref_values, ddof=1))
+    return max(config.resurface_margin, float(stats.t.ppf(config.confidence, k - 1)) * sd * math.sqrt(1 + 1 / k))
 
 
 def _head_refit_recovery(out: dict, layer: str, yf: np.ndarray, retain_rows: np.ndarray, yr: np.ndarray,
@@ -307,12 +328,19 @@ def head_relearn_check(unlearned: nn.Module, refs: list[nn.Module], out_u: dict,
                             config.head_relearn_lr)
 
     after = attacked(out_u, heads[0])
-    ref_after = _cached_mean(out_refs, [lambda o, h=h: attacked(o, h) for h in heads[1:]], "head_relearn",
-                             layer, cache, context)
+    vals = _cached_values(out_refs, [lambda o, h=h: attacked(o, h) for h in heads[1:]], "head_relearn", layer,
+                          cache, context)
+    ref_after = float(np.mean(vals))
     excess = after - ref_after
+    # one reference: retrained heads disagree too much for a constant margin (reported only); with K >= 2
+    # the margin comes from their spread and the check decides
+    decides = len(vals) >= 2
+    margin = relearn_margin(vals, config) if decides else config.resurface_margin
     return ResurfaceResult(
         "head_relearn", True,
         f"{config.relearn_steps} SGD steps (lr {config.head_relearn_lr:g}, whitened coordinates) on the model's "
         f"own head, body frozen, from {f_rows.size} forget + {r_rows.size} retained examples; accuracy on "
-        f"{held.size} other forget samples", before, after, ref_after, excess,
-        bool(excess > config.resurface_margin), in_verdict=False, margin=config.resurface_margin)
+        f"{held.size} other forget samples"
+        + (f"; margin from the {len(vals)} references' spread ({', '.join(f'{v:.1f}' for v in vals)} %)"
+           if decides else "; reported only with one reference"), before, after, ref_after, excess,
+        bool(excess > margin), in_verdict=decides, margin=margin)

@@ -13,7 +13,8 @@ statistic) with its p-value, Holm-adjusted over the whole family. :func:`decide`
 3. :func:`suppressed`: the output forgets, but some comparison on either audit data rejects "within
    tolerance of retrain" after Holm's correction over the family (so a genuine retrain is flagged in
    at most 1 − ``confidence`` of audits), or a resurfacing check that enters the verdict (BatchNorm
-   recalibration, head re-fit) brings the class back beyond retrain's.
+   recalibration, head re-fit; head relearning with K >= 2 references) brings the class back beyond
+   retrain's.
 4. :func:`too_few`: fewer than ``min_forget`` forget samples on the data the verdict rests on:
    ``inconclusive``.
 5. :func:`no_positive_control`: the original model, measured the same way, is nowhere clear of the

@@ -58,3 +58,13 @@ def test_simulated_false_flag_rate_is_controlled(k, rho):
     # and the bound is not vacuous: independent comparisons use most of it
     if rho == 0.0:
         assert rate > 0.02
+
+
+def test_head_relearning_margin_from_the_references_by_hand():
+    from unlearnkit.audit.resurface import relearn_margin
+
+    # retrained heads that agree (class 3: all at 0 %) keep the 20-point floor
+    assert relearn_margin([0.0, 0.0, 0.0], CFG) == CFG.resurface_margin
+    # digits class 6's retrains (14.3, 41.3, 25.4, 63.5 %): sd 21.35, t_{3, 0.95} = 2.3534,
+    # sqrt(1 + 1/4) = 1.1180 -> 56.2 points: wide enough that none of them would be flagged
+    assert relearn_margin([14.3, 41.3, 25.4, 63.5], CFG) == pytest.approx(2.3534 * 21.35 * 1.1180, abs=0.1)
