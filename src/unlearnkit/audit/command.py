@@ -122,14 +122,14 @@ def audit_command(
         console.print(f"  - {line}", highlight=False, markup=False)
     table = Table(title=f"layers, {report.rests_on} data", show_lines=False)
     for col in ("layer", "ΔAUROC [CI]", "sep. ratio [CI]", "LPR (Mirage)", "CKA orig.", "CKA retr.", "tolerance"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col == "layer")
     for r in report.layers[report.rests_on]:
         name = Text(r.layer)  # a user's layer name is printed literally, never as markup
         if r.probed:
             d, s = r.delta_auroc, r.separability_ratio
             table.add_row(name, f"{d.value:+.1f} [{d.low:+.1f}, {d.high:+.1f}]",
                           f"{s.value:.2f} [{s.low:.2f}, {s.high:.2f}]", f"{r.lpr:.1f}", f"{r.cka_original:.3f}",
-                          f"{r.cka_retrain:.3f}", f"{r.separability_margin:.2f}x")
+                          f"{r.cka_retrain:.3f}", f"{r.separability_margin:.3g}x")
         else:
             table.add_row(name, "too few samples", "", "n/a", f"{r.cka_original:.3f}",
                           f"{r.cka_retrain:.3f}", "")

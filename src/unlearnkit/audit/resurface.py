@@ -232,14 +232,16 @@ def _cached_mean(out_refs: list[dict], computes: list, name: str, layer: str, ca
 
 def relearn_margin(ref_values: list[float], config: AuditConfig) -> float:
     """The head-relearning margin from K >= 2 references: max(``resurface_margin``,
-    t_{K-1, confidence} · s · sqrt(1 + 1/K)) points, s the references' standard deviation (a one-sided
-    Gaussian prediction bound for a new retrain's excess over the references' mean; INFERRED, as the
-    layers' tolerance in :mod:`unlearnkit.audit.tolerance`)."""
+    t_{K-1, 1-a} · s · sqrt(1 + 1/K)) points, s the references' standard deviation and
+    a = (1 − ``confidence``) / 2 (a one-sided Gaussian prediction bound for a new retrain's excess over
+    the references' mean, with half the verdict's error budget; the layers get the other half,
+    :mod:`unlearnkit.audit.tolerance`). INFERRED: no reference code exists."""
     from scipy import stats
 
     k = len(ref_values)
     sd = float(np.std(ref_values, ddof=1))
-    return max(config.resurface_margin, float(stats.t.ppf(config.confidence, k - 1)) * sd * math.sqrt(1 + 1 / k))
+    t = float(stats.t.ppf(1.0 - (1.0 - config.confidence) / 2.0, k - 1))
+    return max(config.resurface_margin, t * sd * math.sqrt(1 + 1 / k))
 
 
 def _head_refit_recovery(out: dict, layer: str, yf: np.ndarray, retain_rows: np.ndarray, yr: np.ndarray,

@@ -10,17 +10,18 @@ With K >= 2 references the tolerance is derived from them, per layer:
 
 where s is the sample standard deviation of log D² over the K references (D² = the Mahalanobis
 separability of the forget set at that layer), ``t`` the Student-t quantile and
-a = (1 − ``confidence``) / (number of comparisons in the audit's family) (halved for sample-level
-forgetting, where a deviation counts in either direction). This is a one-sided Gaussian
+a = (1 − ``confidence``) / 2 / (number of comparisons in the audit's family) (halved again for
+sample-level forgetting, where a deviation counts in either direction). This is a one-sided Gaussian
 *prediction* bound: a new retrain's log D² minus the mean of K references has variance
 s²(1 + 1/K), so a genuine retrain's point estimate exceeds the tolerance at one comparison with
-probability a, and at any comparison of the family with probability at most 1 − ``confidence``
-(Bonferroni: it holds however the layers are correlated). A flag also needs the exceedance to be
+probability a, and at any comparison of the family with probability at most (1 − ``confidence``)/2
+(Bonferroni: it holds however the layers are correlated); the other half of the 5 % goes to head
+relearning, which decides with K >= 2 references (:func:`unlearnkit.audit.resurface.relearn_margin`). A flag also needs the exceedance to be
 significant under the data's bootstrap noise, so the realised rate is lower. The tolerance tightens
 when the references agree and widens when they do not; ``separability_floor`` (1.5x) is the
 documented floor it never goes below (retrains of other seeds differed by up to 1.47x on
 small_cnn, ``CALIBRATION``). The t quantile makes few references expensive on purpose:
-with K = 2 its multiplier is ~50, with K = 3 ~9, with K = 5 ~4.6 (8 comparisons).
+with K = 2 its multiplier is ~102, with K = 3 ~12.6, with K = 5 ~5.3 (8 comparisons).
 
 Deliberate: this is INFERRED (no reference code exists for a references-derived audit tolerance).
 """
@@ -96,7 +97,8 @@ def separability_tolerance(log_d2_refs: list[float], n_comparisons: int, two_sid
         if calibrated_on:
             return Tolerance(config.separability_margin, "calibrated", k, calibrated_on=calibrated_on)
         return Tolerance(config.separability_margin, "uncalibrated", k)
-    level = (1.0 - config.confidence) / max(n_comparisons, 1) / (2.0 if two_sided else 1.0)
+    # half the error budget to the layers, half to head relearning (which decides with K >= 2)
+    level = (1.0 - config.confidence) / 2.0 / max(n_comparisons, 1) / (2.0 if two_sided else 1.0)
     sd = float(np.std(np.asarray(log_d2_refs, dtype=float), ddof=1))
     t = float(stats.t.ppf(1.0 - level, k - 1))
     derived = math.exp(min(t * sd * math.sqrt(1.0 + 1.0 / k), 700.0))
@@ -117,7 +119,7 @@ def simulate_false_flags(k: int, n_comparisons: int, rho: float, trials: int = 2
     cov = np.full((n_comparisons, n_comparisons), rho) + (1.0 - rho) * np.eye(n_comparisons)
     draws = rng.multivariate_normal(np.zeros(n_comparisons), cov, size=(trials, k + 1))  # trials x (k+1) x L
     refs, new = draws[:, :k], draws[:, k]
-    level = (1.0 - confidence) / n_comparisons / (2.0 if two_sided else 1.0)
+    level = (1.0 - confidence) / 2.0 / n_comparisons / (2.0 if two_sided else 1.0)
     tol = stats.t.ppf(1.0 - level, k - 1) * refs.std(axis=1, ddof=1) * math.sqrt(1.0 + 1.0 / k)
     dev = new - refs.mean(axis=1)
     beyond = np.abs(dev) > tol if two_sided else dev > tol
