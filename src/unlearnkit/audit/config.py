@@ -124,9 +124,10 @@ class AuditConfig:
     2.8-5.2x at the penultimate layer); on any other architecture one reference cannot certify
     ``erased`` (rule ``uncalibrated``). With K >= 2 references each layer's tolerance is derived from
     their spread: max(``separability_floor`` (1.5x), exp(t_{K-1, 1-a} s sqrt(1 + 1/K))), s the
-    standard deviation of log D² over the references, a = (1 − ``confidence``) / family size: a
-    Gaussian prediction bound that flags a genuine retrain in at most 1 − ``confidence`` of audits
-    however the layers are correlated. It tightens when the references agree and widens when they do
+    standard deviation of log D² over the references, a = (1 − ``confidence``) / 2 / family size: a
+    Gaussian prediction bound that flags a genuine retrain in at most half of 1 − ``confidence`` of
+    audits however the layers are correlated (head relearning, which decides with K >= 2, has the
+    other half). It tightens when the references agree and widens when they do
     not. ``auroc_margin`` = 5 points is the reported ΔAUROC's reference line (widened to
     ``spread_factor`` x the references' largest deviation). Each layer's tolerance and its provenance
     go to audit.json.
