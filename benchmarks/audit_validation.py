@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import copy
 import json
 import sys
 import time
@@ -37,16 +36,6 @@ from pathlib import Path
 import torch
 
 MODELS = {"small_cnn": ("small_cnn", {}), "mlp": ("mlp", {}), "resnet18_w16": ("resnet18", {"width": 16})}
-
-
-def noised(model, scale: float = 3.0, seed: int = 0):
-    m = copy.deepcopy(model)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in m.parameters():
-            if p.numel() > 1:
-                p.add_(torch.randn(p.shape, generator=g) * scale * p.std())
-    return m
 
 
 def expected(case: str) -> str:
@@ -66,7 +55,7 @@ def error(case: str, verdict: str) -> str | None:
 def run_setting(arch: str, dataset: str, forget: str, a, rows: list[dict]) -> None:
     from unlearnkit import ForgetSpec, load_dataset, make_split
     from unlearnkit.audit import AuditConfig, audit
-    from unlearnkit.audit.calibrate import head_retrained, masked_head
+    from unlearnkit.audit.calibrate import head_retrained, masked_head, noised
     from unlearnkit.audit.memo import AuditCache
     from unlearnkit.evaluation import model_outputs
     from unlearnkit.models.zoo import audit_layers
@@ -79,7 +68,8 @@ def run_setting(arch: str, dataset: str, forget: str, a, rows: list[dict]) -> No
     recipe = default_recipe(bundle.name, name)
 
     def ref(kind: str, seed: int):
-        return reference_model(kind, split, name, recipe, seed=seed, model_kwargs=kwargs, progress=False).model
+        return reference_model(kind, split, name, recipe, seed=seed, model_kwargs=kwargs,
+                               progress=False).model
 
     t0 = time.perf_counter()
     original = ref("original", 0)
@@ -89,7 +79,7 @@ def run_setting(arch: str, dataset: str, forget: str, a, rows: list[dict]) -> No
     if forget == "class":
         cases.append(("masked", "", masked_head(original, (a.forget_class,))))
     cases += [("head_retrained", "", head_retrained(original, split)), ("original", "", original),
-              ("noised", "", noised(original))]
+              ("noised", "", noised(original, 3.0))]
     layers = audit_layers(original)
     outs = {id(m): model_outputs(m, split, layers) for m in [original, *refs]}
     for k in sorted({1, a.references}):
@@ -97,7 +87,8 @@ def run_setting(arch: str, dataset: str, forget: str, a, rows: list[dict]) -> No
         for case, tag, model in cases:
             t1 = time.perf_counter()
             rep = audit(original, model, refs[:k], split, layers, config=cfg, cache=cache,
-                        outputs={"original": outs[id(original)], "retrained": [outs[id(r)] for r in refs[:k]]})
+                        outputs={"original": outs[id(original)],
+                                 "retrained": [outs[id(r)] for r in refs[:k]]})
             pen = rep.layer(rep.penultimate) if rep.layers[rep.rests_on] else None
             row = {"arch": arch, "dataset": dataset, "forget": forget, "k": k, "case": case, "tag": tag,
                    "verdict": rep.verdict, "expected": expected(case), "error": error(case, rep.verdict),

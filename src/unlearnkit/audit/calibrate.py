@@ -34,6 +34,18 @@ def masked_head(model, classes) -> torch.nn.Module:
     return m
 
 
+def noised(model, scale: float, seed: int = 0) -> torch.nn.Module:
+    """A copy of ``model`` with Gaussian noise of ``scale`` x each tensor's std added to every weight
+    (a model that computes nothing useful: the audit must call it collapsed)."""
+    m = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in m.parameters():
+            if p.numel() > 1:
+                p.add_(torch.randn(p.shape, generator=g) * scale * p.std())
+    return m
+
+
 def head_retrained(model, split, epochs: int = 3) -> torch.nn.Module:
     """A copy of ``model`` whose head was re-initialised and retrained on the retained data with the
     body frozen: the output forgets (no forget-class signal reaches the new head), the body holds the
