@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +42,29 @@ def file_sha256(path: str | Path) -> str:
     return h.hexdigest()
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux says it (/proc), else set and restored."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path: str | Path, write) -> None:
-    """Call ``write(fileobj)`` on a temp file beside ``path``, fsync, then rename into place."""
+    """Call ``write(fileobj)`` on a temp file beside ``path``, fsync, then rename into place.
+
+    The file gets the mode a plain ``open`` would give (0666 less the umask): a shared results
+    folder stays readable by the team (``mkstemp`` alone would leave it 0600)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
@@ -100,11 +118,17 @@ def read_checkpoint(path: str | Path) -> dict:
     if not p.is_file():
         raise CheckpointError(f"checkpoint {p} does not exist")
     try:
-        payload = torch.load(p, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's warnings about a foreign pickle: the error below says it
+            warnings.simplefilter("ignore")
+            payload = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as e:  # zip errors, EOF, unpickling refusals...
-        lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()] or [type(e).__name__]
-        first = next((ln for ln in lines if "WeightsUnpickler error" in ln), lines[0])
-        raise CheckpointError(f"checkpoint {p} is corrupt or truncated ({first[:120]})") from None
+        text = str(e)
+        if "WeightsUnpickler error" in text:  # torch's advice around it is about trusting the file: not ours
+            why = text.split("WeightsUnpickler error", 1)[1].strip(" :\n").split("\n\n")[0].strip()
+            raise CheckpointError(f"checkpoint {p} is corrupt, truncated or holds more than tensors and plain "
+                                  f"values (the safe loader refused it: {' '.join(why.split())[:120]})") from None
+        lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()] or [type(e).__name__]
+        raise CheckpointError(f"checkpoint {p} is corrupt or truncated ({lines[0][:120]})") from None
     if not isinstance(payload, dict):
         raise CheckpointError(f"checkpoint {p} holds a {type(payload).__name__}, not a state dict")
     return payload

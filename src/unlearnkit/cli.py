@@ -8,30 +8,77 @@ first process of each node only (the others fail alike).
 from __future__ import annotations
 
 import functools
+import inspect
+import math
 import os
 import sys
 from pathlib import Path
 from typing import Optional
 
+import click
 import typer
+import typer.core
+from typer.core import TyperGroup
 
-from .errors import UserError
-
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Make an image classifier forget, then certify whether it really forgot.")
+from . import validate
+from .errors import NonFiniteLossError, UserError
 
 
 def _err(msg: str) -> None:
     if os.environ.get("RANK", "0") == "0" or os.environ.get("LOCAL_RANK", "0") == "0":
-        typer.echo(f"error: {msg}", err=True)
+        typer.echo(f"error: {' '.join(str(msg).split())}", err=True)
+
+
+class OneLineErrors(TyperGroup):
+    """click's usage errors (a missing option, ``--epochs abc``, ``--jobs 0``) as one ``error:`` line,
+    exit code 2, like every other bad input (click would print a usage box of several lines)."""
+
+    def make_context(self, *args, **kwargs):
+        return _one_line(super().make_context, *args, **kwargs)
+
+    def invoke(self, ctx):
+        return _one_line(super().invoke, ctx)
+
+
+# recent typer vendors its own copy of click (typer._click); older ones use click itself
+_CLICK = tuple({click, getattr(typer.core, "_click", click)})
+_CLICK_ERRORS = tuple(m.exceptions.ClickException for m in _CLICK)
+_USAGE_ERRORS = tuple(m.exceptions.UsageError for m in _CLICK)
+
+
+def _one_line(call, *args, **kwargs):
+    try:
+        return call(*args, **kwargs)
+    except _CLICK_ERRORS as e:
+        msg = e.format_message()
+        if isinstance(e, _USAGE_ERRORS) and e.ctx is not None and e.ctx.command_path:
+            msg += f" (see {e.ctx.command_path} --help)"
+        _err(msg)
+        raise typer.Exit(e.exit_code) from None
+
+
+app = typer.Typer(cls=OneLineErrors, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Make an image classifier forget, then certify whether it really forgot.")
+
+
+def _check_finite(fn, args, kwargs) -> None:
+    """Every float option must be a finite number (click reads ``nan`` and ``inf`` as floats)."""
+    bound = inspect.signature(fn).bind_partial(*args, **kwargs)
+    for name, value in bound.arguments.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UserError(f"--{name.rstrip('_').replace('_', '-')} must be a finite number, not {value}")
 
 
 def handles_errors(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
+            _check_finite(fn, args, kwargs)
             return fn(*args, **kwargs)
         except UserError as e:
+            _err(str(e))
+            raise typer.Exit(2) from None
+        except NonFiniteLossError as e:  # a hyperparameter too large for this model: also the user's to fix
             _err(str(e))
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
@@ -101,10 +148,9 @@ def _runtime_options(amp, channels_last, compile_, deterministic, data_on_device
 
 
 def _spec_options(forget_classes, forget_random, forget_indices) -> dict:
-    from .config import parse_int_list
-
-    return {"forget_classes": parse_int_list(forget_classes, "--forget-classes") if forget_classes else None,
-            "forget_random": forget_random, "forget_indices": forget_indices}
+    return {"forget_classes": validate.int_list("--forget-classes", forget_classes) if forget_classes else None,
+            "forget_random": validate.forget_random("--forget-random", forget_random)
+            if forget_random is not None else None, "forget_indices": forget_indices}
 
 
 @app.command()
@@ -114,10 +160,11 @@ def train(
     model: Optional[str] = typer.Option(None, help="model name (unlearnkit list models) [small_cnn]; "
                                         "with --setting vfl the bottom [mirage_bottom, mlp for flat data]"),
     setting: str = typer.Option("standard", help="standard | vfl (Mirage's vertical federated setting)"),
-    parties: int = typer.Option(2, help="VFL passive parties (with --setting vfl)"),
+    parties: int = typer.Option(2, min=1, help="VFL passive parties (with --setting vfl)"),
     out: Path = typer.Option(..., help="checkpoint file to write (.pt)"),
-    seed: int = typer.Option(0, help="training seed"),
-    data_seed: int = typer.Option(0, help="seed of the train/val/test split and of a random forget set"),
+    seed: int = typer.Option(0, **validate.SEED_RANGE, help="training seed"),
+    data_seed: int = typer.Option(0, **validate.SEED_RANGE, help="seed of the train/val/test split and of a random "
+                                                        "forget set"),
     retrain: bool = typer.Option(False, "--retrain", help="train the reference without the forget set"),
     forget_classes: Optional[str] = typer.Option(None, help="classes to forget, e.g. 3 or 3,8"),
     forget_random: Optional[float] = typer.Option(None, help="random forget set: fraction (0,1) or count"),
@@ -147,11 +194,18 @@ def train(
     from .data.splits import ForgetSpec, make_split
     from .runner import resolve_model
     from .runtime import Runtime
-    from .training import default_recipe, reference_model, resolve_device, with_overrides
+    from .training import check_model, default_recipe, reference_model, resolve_device, with_overrides
 
     spec_opts = _spec_options(forget_classes, forget_random, forget_indices)
     if retrain and not any(v is not None for v in spec_opts.values()):
         raise UserError("--retrain needs the forget set: --forget-classes, --forget-random or --forget-indices")
+    validate.output_file("--out", out)  # before training: a model that cannot be saved is lost time
+    validate.cache_dir("--cache-dir", cache_dir)
+    if forget_indices is not None:
+        validate.input_file("--forget-indices", forget_indices)
+    cfg = RunConfig(dataset=dataset, model=model, setting=setting, parties=parties, data_seed=data_seed, seed=seed,
+                    device=device, **{k: v for k, v in spec_opts.items() if v is not None and k != "forget_indices"})
+    rt = Runtime.from_dict(_runtime_options(amp, channels_last, compile_, deterministic, data_on_device))
     dev = resolve_device(device)
     bundle = load_dataset(dataset, data_dir, download, data_seed)
     if any(v is not None for v in spec_opts.values()):
@@ -160,9 +214,9 @@ def train(
     else:
         spec = ForgetSpec(classes=(0,))  # the original ignores the forget set
     split = make_split(bundle, spec, seed=data_seed)
-    _, name, kwargs = resolve_model(RunConfig(dataset=dataset, model=model, setting=setting, parties=parties), bundle)
+    _, name, kwargs = resolve_model(cfg, bundle)
+    check_model(name, bundle, kwargs)
     recipe = with_overrides(default_recipe(bundle.name, name), epochs=epochs, lr=lr, batch_size=batch_size)
-    rt = Runtime.from_dict(_runtime_options(amp, channels_last, compile_, deterministic, data_on_device))
     with distributed.process_group(dev) as world:
         ref = reference_model("retrain" if retrain else "original", split, name, recipe, seed, kwargs, cache_dir, dev,
                               runtime=rt)
@@ -280,6 +334,15 @@ def _register_forgetting_quality() -> None:
 
 
 _register_forgetting_quality()
+
+
+def _register_unlearn() -> None:
+    from .unlearn_command import unlearn_command
+
+    app.command("unlearn", help=unlearn_command.__doc__)(handles_errors(unlearn_command))
+
+
+_register_unlearn()
 
 
 def main() -> None:

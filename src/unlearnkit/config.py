@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from . import validate
 from .errors import UserError
 
 SETTINGS = ("standard", "vfl")
@@ -65,46 +66,90 @@ class RunConfig:
     runtime: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.setting not in SETTINGS:
-            raise UserError(f"setting must be standard or vfl, not {self.setting!r}")
-        if isinstance(self.parties, bool) or not isinstance(self.parties, int) or self.parties < 1:
-            raise UserError(f"parties must be an integer >= 1, not {self.parties!r}")
+        """Every key checked where it enters (YAML, ``run`` options, a bench suite), before any work:
+        types (a string where a number belongs, a mapping where a list is...), finite numbers, the
+        domains, method names and their hyperparameters, the recipe, audit and runtime overrides."""
+        if isinstance(self.methods, str):
+            self.methods = [m.strip() for m in self.methods.split(",") if m.strip()]
+        for key in ("forget_classes", "concept"):
+            if getattr(self, key) is not None and not isinstance(getattr(self, key), (list, tuple, dict)):
+                setattr(self, key, validate.int_list(key, getattr(self, key)))
+        validate.dataclass_fields(self)
+        validate.choice("setting", self.setting, SETTINGS)
+        validate.whole("parties", self.parties, low=1)
         if self.parties != 2 and self.setting != "vfl":
             raise UserError("--parties needs --setting vfl")
         if self.model is None and self.setting == "standard":
             self.model = "small_cnn"
-        if isinstance(self.methods, str):
-            self.methods = [m.strip() for m in self.methods.split(",") if m.strip()]
-        if isinstance(self.forget_classes, (int, str)):
-            self.forget_classes = parse_int_list(str(self.forget_classes), "forget_classes")
-        self.forget_classes = [int(c) for c in self.forget_classes]
-        if isinstance(self.concept, (int, str)):
-            self.concept = parse_int_list(str(self.concept), "concept")
-        self.concept = [int(c) for c in self.concept]
+        self.forget_classes = validate.int_list("forget_classes", self.forget_classes)  # 3,3 is class 3 once
+        self.concept = validate.int_list("concept", self.concept)
+        if self.forget_random is not None:
+            self.forget_random = validate.forget_random("forget_random", self.forget_random)
+        given = sum([bool(self.forget_classes), self.forget_random is not None, bool(self.forget_indices)])
+        if given > 1:
+            raise UserError("give one forget set: forget_classes, forget_random or forget_indices, not several")
         if self.concept and not self.task:
             raise UserError("--concept needs --task (all_matched, target_mismatch, model_mismatch, data_mismatch)")
-        if self.preset not in ("auto", "small", "reference"):
-            raise UserError(f"preset must be auto, small or reference, not {self.preset!r}")
-        if self.test_convention not in ("salun", "purge"):
-            raise UserError(f"test_convention must be salun or purge, not {self.test_convention!r}")
+        if self.task is not None:
+            from .data.concepts import TASKS
+
+            validate.choice("task", self.task, TASKS)
+        validate.choice("preset", self.preset, ("auto", "small", "reference"))
+        validate.choice("test_convention", self.test_convention, ("salun", "purge"))
+        for key in ("seed", "data_seed"):
+            validate.whole(key, getattr(self, key), low=0, high=validate.MAX_SEED)
+        if self.references is not None:
+            validate.whole("references", self.references, low=1)
         if not self.methods:
             raise UserError("no method given: pass --methods (e.g. finetune,gradient_ascent or all)")
-        if self.references is not None and (isinstance(self.references, bool) or not isinstance(self.references, int)
-                                            or self.references < 1):
-            raise UserError(f"references must be an integer >= 1, not {self.references!r}")
-        for key in ("model_kwargs", "method_params", "recipe", "audit_config", "runtime"):
-            if not isinstance(getattr(self, key), dict):
-                raise UserError(f"config key {key!r} must be a mapping")
+        for key in ("dataset", "out", "data_dir", "device"):
+            if not getattr(self, key).strip():
+                raise UserError(f"{key} is empty")
+        self._check_parts()
+
+    def _check_parts(self) -> None:
+        """The nested mappings, each against the object it configures (lazy imports: torch)."""
+        from .audit.config import AuditConfig
+        from .data.datasets import DATASETS
+        from .loop import Recipe
+        from .models.zoo import MODELS
+        from .runner import method_names
+        from .runtime import Runtime
+
+        if not self.dataset.startswith("imagefolder:"):
+            DATASETS.get(self.dataset)  # unknown: did-you-mean UserError
+        if self.model is not None and not self.model.startswith(("torchvision:", "timm:")):
+            MODELS.get(self.model)
+
+        names = method_names(self.methods, self.setting)  # unknown names: did-you-mean UserError
+        for name, params in self.method_params.items():
+            validate.mapping(f"method_params.{name}", params)
+            canonical = method_names([str(name)], self.setting)[0]
+            if canonical not in names:
+                raise UserError(f"method_params names {name!r}, which is not among the methods run "
+                                f"({', '.join(names)})")
+        _construct("recipe", Recipe, self.recipe)
+        _construct("audit_config", AuditConfig, {"idi": True, **self.audit_config} if self.idi
+                   else self.audit_config)
+        Runtime.from_dict(self.runtime)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 def parse_int_list(text: str, what: str) -> list[int]:
-    try:
-        return [int(t) for t in str(text).replace(" ", "").split(",") if t != ""]
-    except ValueError:
-        raise UserError(f"{what} must be comma-separated integers, not {text!r}") from None
+    return validate.int_list(what, str(text))
+
+
+def _construct(key: str, cls, overrides: dict):
+    """``cls(**overrides)`` with an unknown key as one UserError line (its own checks do the rest)."""
+    known = [f.name for f in fields(cls)]
+    bad = sorted(set(overrides) - set(known))
+    if bad:
+        close = difflib.get_close_matches(str(bad[0]), known, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(known)}"
+        raise UserError(f"unknown {key} key {bad[0]!r}{hint}")
+    return cls(**overrides)
 
 
 def _known() -> dict[str, Any]:

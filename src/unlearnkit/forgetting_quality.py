@@ -46,10 +46,12 @@ from pathlib import Path
 
 import numpy as np
 
+from . import validate
 from .bench.cell import Machine
 from .checkpoints import atomic_write_bytes, atomic_write_text
 from .config import RunConfig
 from .errors import UserError
+from .plotting import literal_text
 
 SCHEMA = "unlearnkit.forgetting_quality/1"
 JOB_FORMAT = 1  # bump when a record's content changes, to recompute stored jobs
@@ -304,7 +306,7 @@ def forgetting_quality(*, dataset: str, model: str = "small_cnn", forget_classes
     from .config import parse_int_list
     from .progress import bar, console
     from .runner import _method, git_commit
-    from .training import resolve_device, versions
+    from .training import check_model, resolve_device, versions
 
     t_start = time.perf_counter()
     # --- every user value, before any training or writing
@@ -317,6 +319,8 @@ def forgetting_quality(*, dataset: str, model: str = "small_cnn", forget_classes
         epochs = _count(epochs, "--epochs", 1)
     if isinstance(forget_classes, str):
         forget_classes = parse_int_list(forget_classes, "--forget-classes")
+    if forget_random is not None:
+        forget_random = validate.forget_random("--forget-random", forget_random)
     if not forget_classes and forget_random is None:
         raise UserError("say what to forget: --forget-classes or --forget-random")
     cfg = RunConfig(dataset=dataset, model=model, forget_classes=list(forget_classes or []),
@@ -324,9 +328,12 @@ def forgetting_quality(*, dataset: str, model: str = "small_cnn", forget_classes
                     recipe={"epochs": epochs} if epochs is not None else {}, preset=preset, audit=False,
                     out=str(out), data_dir=str(data_dir), download=download, device=device,
                     cache_dir=str(cache_dir) if cache_dir else None)
+    validate.output_dir("--out", out)  # before any training: results that cannot be written are lost time
+    validate.cache_dir("--cache-dir", cache_dir)
     dev = resolve_device(device)
     ex = make_executor(executor, jobs, address)
     task = _task(cfg)
+    check_model(task.model_name, task.bundle, task.model_kwargs)
     methods_obj = {name: _method(name, task.preset, task.bundle, task.split, task.cfg) for name in names}
     cfg, split, out = task.cfg, task.split, Path(out)
     _TASKS.clear()
@@ -485,6 +492,7 @@ def _describe(f: dict) -> str:
     return f"random {f['random']:g}"
 
 
+@literal_text
 def plot(results: dict, path: Path) -> None:
     """Per method, a histogram of the per-example eps on the shared axis 0..50 (names printed literally)."""
     import matplotlib

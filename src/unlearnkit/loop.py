@@ -39,13 +39,21 @@ class Recipe:
     warmup_epochs: int = 0
 
     def __post_init__(self) -> None:
+        from .validate import dataclass_fields, number, whole
+
+        dataclass_fields(self, "recipe ")
         if self.optimizer not in ("sgd", "adam"):
             raise UserError(f"recipe optimizer must be 'sgd' or 'adam', not {self.optimizer!r}")
         if self.schedule not in ("cosine", "multistep", "constant"):
             raise UserError(f"recipe schedule must be cosine|multistep|constant, not {self.schedule!r}")
-        if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
-            raise UserError("recipe needs epochs >= 1, batch_size >= 1 and lr > 0")
-        object.__setattr__(self, "milestones", tuple(int(m) for m in self.milestones))
+        whole("recipe epochs", self.epochs, low=1)
+        whole("recipe batch_size", self.batch_size, low=1)
+        whole("recipe warmup_epochs", self.warmup_epochs, low=0)
+        number("recipe lr", self.lr, low=0, low_open=True)
+        number("recipe momentum", self.momentum, low=0, high=1)
+        number("recipe weight_decay", self.weight_decay, low=0)
+        number("recipe gamma", self.gamma, low=0, low_open=True)
+        object.__setattr__(self, "milestones", tuple(whole("recipe milestones", m, low=0) for m in self.milestones))
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -18,24 +18,26 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import distributed
+from rich.markup import escape
+
+from . import distributed, validate
 from .checkpoints import atomic_write_text, load_checkpoint, save_checkpoint
 from .config import RunConfig
+from .data.concepts import make_concept_split
 from .data.datasets import load_dataset
 from .data.splits import ForgetSpec, make_split
-from .data.concepts import make_concept_split
+from .data.vfl import is_flat
 from .errors import CheckpointError, UserError
 from .evaluation import model_outputs, output_metrics
+from .markdown import markdown_table
 from .methods import METHODS, preset_for
 from .metrics.summary import gap, h_mean
-from .data.vfl import is_flat
-from .markdown import markdown_table
 from .mirage_table import mirage_table_markdown
 from .models.vfl import default_bottom, transmitted_layers
 from .models.zoo import audit_layers
 from .progress import console
 from .runtime import Runtime
-from .training import default_recipe, reference_model, resolve_device, versions, with_overrides
+from .training import check_model, default_recipe, reference_model, resolve_device, versions, with_overrides
 
 SCHEMA = "unlearnkit.results/1"
 
@@ -115,13 +117,10 @@ def audit_settings(cfg: RunConfig):
     """The AuditConfig of a run: its defaults with ``cfg.audit_config``'s overrides (bad keys: UserError);
     ``cfg.idi`` (``--idi``) turns IDI on."""
     from .audit import AuditConfig
+    from .config import _construct
 
-    overrides = {"idi": True, **cfg.audit_config} if cfg.idi else dict(cfg.audit_config)
-    try:
-        return AuditConfig(**overrides)
-    except TypeError:
-        bad = sorted(set(cfg.audit_config) - set(AuditConfig.field_names()))
-        raise UserError(f"unknown audit_config key(s) {bad}; known: {', '.join(AuditConfig.field_names())}") from None
+    return _construct("audit_config", AuditConfig, {"idi": True, **cfg.audit_config} if cfg.idi
+                      else dict(cfg.audit_config))
 
 
 def audit_references(cfg: RunConfig, model) -> int:
@@ -159,6 +158,13 @@ def run_experiment(cfg: RunConfig, progress: bool = True, audit_original: bool =
     """
     names = method_names(cfg.methods, cfg.setting)  # unknown names fail before any work
     audit_config = audit_settings(cfg) if cfg.audit else None
+    validate.output_dir("out", cfg.out)  # a run that cannot save its results fails before it trains
+    validate.cache_dir("cache_dir", cfg.cache_dir)
+    if cfg.forget_indices:
+        validate.input_file("forget_indices", cfg.forget_indices)
+    preset = preset_for(cfg.dataset, cfg.model or "") if cfg.preset == "auto" else cfg.preset
+    for name in names:  # hyperparameters (types, domains) before any model is trained or copied
+        METHODS.get(name).from_preset(preset, cfg.dataset, **cfg.method_params.get(name, {}))
     for name in names:
         METHODS.get(name).check_distributed()  # under torchrun: before any work
     rt = Runtime.from_dict(cfg.runtime)
@@ -167,21 +173,23 @@ def run_experiment(cfg: RunConfig, progress: bool = True, audit_original: bool =
     bundle = load_dataset(cfg.dataset, cfg.data_dir, cfg.download, cfg.data_seed)
     split = build_split(cfg, bundle)
     cfg, model_name, model_kwargs = resolve_model(cfg, bundle)
+    check_model(model_name, bundle, model_kwargs)
     recipe = with_overrides(default_recipe(bundle.name, model_name), **cfg.recipe) if cfg.recipe else \
         default_recipe(bundle.name, model_name)
     preset = preset_for(bundle.name, cfg.model) if cfg.preset == "auto" else cfg.preset
     out = Path(cfg.out)
     say = console.print if main else (lambda *a, **k: None)
     shown = model_label({"setting": cfg.setting, "parties": cfg.parties, "model": cfg.model})
-    say(f"[bold]{bundle.name}[/] {len(bundle.train)} train / {len(bundle.test)} test, forget "
-        f"{split.spec.describe()}: {len(split.train_forget)} train samples; model {shown}; device {device}")
+    say(f"[bold]{escape(bundle.name)}[/] {len(bundle.train)} train / {len(bundle.test)} test, forget "
+        f"{escape(split.spec.describe())}: {len(split.train_forget)} train samples; model {escape(shown)}; "
+        f"device {device}")
 
     common = dict(split=split, model_name=model_name, recipe=recipe, seed=cfg.seed, model_kwargs=model_kwargs,
                   cache_dir=cfg.cache_dir, device=device, progress=progress, runtime=rt)
     original = reference_model("original", **common)
     retrain = reference_model("retrain", **common)
     for ref in (original, retrain):
-        say(f"{ref.meta['kind']}: {'cached' if ref.cached else 'trained'} {ref.path}")
+        say(f"{ref.meta['kind']}: {'cached' if ref.cached else 'trained'} {escape(str(ref.path))}")
     extra_refs = []
     if cfg.audit:
         k = audit_references(cfg, original.model)
@@ -295,7 +303,7 @@ def _run_method(method, original, split, cfg: RunConfig, device, out: Path, prog
         try:
             model, meta = load_checkpoint(path)
             if meta.get("cell_hash") == cell_hash:
-                console.print(f"{method.name}: reusing {path}")
+                console.print(f"{method.name}: reusing {escape(str(path))}")
                 reused = model.to(device), meta["runtime_s"], meta["stop_reason"], meta["history"], path
         except CheckpointError:
             pass
@@ -368,14 +376,15 @@ def write_results(results: dict, out: Path) -> None:
 
 def print_table(results: dict) -> None:
     from rich.table import Table
+    from rich.text import Text
 
     header, rows = table_rows(results)
-    table = Table(title=f"{results['task']['dataset']} / {model_label(results['task'])}: forget "
-                        f"{describe_forget(results['task']['forget'])}")
+    table = Table(title=escape(f"{results['task']['dataset']} / {model_label(results['task'])}: forget "
+                               f"{describe_forget(results['task']['forget'])}"))
     for i, h in enumerate(header):
         table.add_column(h, justify="left" if i == 0 or h == "verdict" else "right")
     for r in rows:
-        table.add_row(*r)
+        table.add_row(*(Text(c) for c in r))
     import sys
 
     from rich.console import Console

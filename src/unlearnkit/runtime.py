@@ -46,6 +46,9 @@ class Runtime:
     data_on_device: str = "auto"
 
     def __post_init__(self) -> None:
+        from .validate import dataclass_fields
+
+        dataclass_fields(self, "runtime ")
         if self.amp not in AMP:
             raise UserError(f"amp must be one of {', '.join(AMP)}, not {self.amp!r}")
         if self.data_on_device not in DATA_ON_DEVICE:

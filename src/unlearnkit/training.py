@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from rich.markup import escape
 from torch import nn
 
 from . import __version__, distributed
@@ -167,6 +168,16 @@ def reference_model(kind: str, split, model_name: str, recipe: Recipe, seed: int
         return Reference(model.to(device), meta, path, cached=False)
 
 
+def check_model(model_name: str, bundle, model_kwargs: dict) -> None:
+    """Build the model once, before any training: an unknown architecture or a bad ``model_kwargs``
+    value is one :class:`UserError` line, not a traceback minutes later."""
+    try:
+        _build(model_name, bundle, model_kwargs)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise UserError(f"cannot build model {model_name} with model_kwargs {model_kwargs}: "
+                        f"{' '.join(str(e).split())}") from None
+
+
 def _build(model_name: str, bundle, model_kwargs: dict, state: dict | None = None) -> nn.Module:
     model = create_model(model_name, num_classes=bundle.num_classes, in_channels=bundle.in_channels,
                          image_size=bundle.image_size, **model_kwargs)
@@ -181,7 +192,7 @@ def _cached(path: Path, kind: str) -> tuple[nn.Module, dict] | None:
     try:
         return load_checkpoint(path)
     except CheckpointError as e:
-        console.print(f"[yellow]cached {kind} model unusable ({e}); training it again[/]")
+        console.print(f"[yellow]cached {kind} model unusable ({escape(str(e))}); training it again[/]")
         return None
 
 

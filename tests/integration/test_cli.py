@@ -98,11 +98,11 @@ def test_train_command(tmp_path):
     (["--dataset", "digits", "--forget-classes", "3", "--methods", "finetun"], "did you mean 'finetune'"),
     (["--dataset", "digits", "--forget-classes", "12"], "out of range"),
     (["--dataset", "digits", "--forget-classes", "0,1,2,3,4,5,6,7,8,9"], "every class"),
-    (["--dataset", "digits", "--forget-classes", "x"], "integers"),
+    (["--dataset", "digits", "--forget-classes", "x"], "whole numbers"),
     (["--dataset", "digits"], "say what to forget"),
     (["--dataset", "cifar10", "--forget-classes", "3"], "--download"),
     (["--dataset", "digits", "--forget-classes", "3", "--device", "cuda"], "no CUDA"),
-    (["--dataset", "digits", "--forget-classes", "3", "--references", "0"], "references must be an integer >= 1"),
+    (["--dataset", "digits", "--forget-classes", "3", "--references", "0"], "references must be a whole number >= 1"),
 ])
 def test_bad_input_one_line_exit_2(tmp_path, args, msg):
     r = invoke("run", *args, "--data-dir", tmp_path / "data", "--out", tmp_path / "o", "--cache-dir", tmp_path / "c",

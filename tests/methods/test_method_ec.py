@@ -8,6 +8,7 @@ import torch
 from unlearnkit import ForgetSpec, make_split
 from unlearnkit.data.arrays import ArrayData, Augment
 from unlearnkit.data.datasets import DatasetBundle
+from unlearnkit.errors import UserError
 from unlearnkit.methods import METHODS
 from unlearnkit.methods.ec import AUX, ECLoss, depth_weights
 from unlearnkit.models.zoo import audit_layers, create_model
@@ -40,7 +41,7 @@ def test_aux_modules_on_every_stage_but_the_last(digits_original, digits_split):
         ECLoss.detach(digits_original)
         digits_original.zero_grad(set_to_none=True)
     assert not hasattr(digits_original, AUX)
-    with pytest.raises(ValueError, match="depth weights"):
+    with pytest.raises(UserError, match="depth weights"):
         ECLoss(digits_original, sample, 10, 16, [1.0, 1.0], gen, "cpu")
     ECLoss.detach(digits_original)
 

@@ -83,7 +83,7 @@ def test_digits_flat_is_digits_as_standardised_features_split_by_feature():
     assert audit_layers(m)[0] == "hidden1" and m(xb[:4]).shape == (4, 10)
 
 
-@pytest.mark.parametrize("kw, match", [({"setting": "federated"}, "standard or vfl"),
+@pytest.mark.parametrize("kw, match", [({"setting": "federated"}, "standard, vfl"),
                                        ({"setting": "vfl", "parties": 0}, "parties"),
                                        ({"parties": 4}, "--setting vfl")])
 def test_bad_settings_are_one_line_errors(kw, match):

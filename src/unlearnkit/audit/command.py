@@ -11,27 +11,16 @@ from typing import List, Optional
 
 import typer
 
+from .. import validate
 from ..errors import UserError
 
 VERDICT_STYLE = {"erased": "bold green", "suppressed": "bold yellow", "collapsed": "bold red",
                  "not_forgotten": "bold red", "inconclusive": "bold"}
 
 
-def _int_list(text: str, what: str) -> list[int]:
-    try:
-        vals = [int(t) for t in text.replace(" ", "").split(",") if t]
-    except ValueError:
-        raise UserError(f"{what} must be comma-separated integers, e.g. 3 or 3,8; got {text!r}") from None
-    if not vals:
-        raise UserError(f"{what} is empty")
-    return vals
-
-
 def _load(path: Path, role: str, model: Optional[str], bundle):
     from ..checkpoints import load_checkpoint
 
-    if not path.exists():
-        raise UserError(f"{role} checkpoint {path} does not exist")
     m, meta = load_checkpoint(path, model_name=model, num_classes=bundle.num_classes,
                               in_channels=bundle.in_channels, image_size=bundle.image_size)
     return m, meta
@@ -53,7 +42,8 @@ def audit_command(
     model: Optional[str] = typer.Option(None, help="architecture of plain state_dict checkpoints, e.g. "
                                                    "torchvision:resnet18 (unlearnkit checkpoints know it)"),
     out: Path = typer.Option(Path("audit"), help="folder for audit.json, audit.md and audit.html"),
-    data_seed: int = typer.Option(0, help="seed of the train/val/test split and of a random forget set"),
+    data_seed: int = typer.Option(0, **validate.SEED_RANGE, help="seed of the train/val/test split and of a random "
+                                                                 "forget set"),
     data_dir: Path = typer.Option(Path("data"), help="where torchvision datasets live"),
     download: bool = typer.Option(False, "--download", help="download a missing torchvision dataset"),
     device: str = typer.Option("auto", help="auto | cpu | cuda | cuda:N"),
@@ -73,6 +63,7 @@ def audit_command(
 ):
     """Did the unlearned model really forget? Verdict, evidence, per-layer numbers and plots."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
@@ -87,6 +78,16 @@ def audit_command(
                         "--forget-indices")
     if not retrained:
         raise UserError("give at least one --retrained checkpoint (a model retrained without the forget set)")
+    classes = validate.int_list("--forget-classes", forget_classes) if forget_classes is not None else []
+    if forget_classes is not None and not classes:
+        raise UserError("--forget-classes is empty")
+    if forget_random is not None:
+        forget_random = validate.forget_random("--forget-random", forget_random)
+    for role, path in [("--original", original), ("--unlearned", unlearned),
+                       *(("--retrained", p) for p in retrained), ("--forget-indices", forget_indices)]:
+        if path is not None:
+            validate.input_file(role, path)
+    validate.output_dir("--out", out)  # a 35-second audit that cannot write its report fails now
     try:
         config = AuditConfig(center=center, confidence=confidence, n_splits=n_splits, audit_data=audit_data,
                              bn_recalibration=resurface, head_refit=resurface, head_relearn=resurface,
@@ -96,7 +97,7 @@ def audit_command(
         raise UserError(str(e)) from None
     dev = resolve_device(device)
     bundle = load_dataset(dataset, data_dir, download, data_seed)
-    spec = ForgetSpec(classes=tuple(_int_list(forget_classes, "--forget-classes")) if forget_classes else (),
+    spec = ForgetSpec(classes=tuple(classes),
                       random=forget_random, indices_file=str(forget_indices) if forget_indices else None)
     split = make_split(bundle, spec, seed=data_seed)
     console = Console()
@@ -107,10 +108,17 @@ def audit_command(
         m_r, meta_r = _load(path, "retrained", model, bundle)
         trained_on = (meta_r.get("key") or {}).get("split_hash")
         if trained_on and trained_on != split.split_hash:
-            console.print(f"[yellow]warning: {path} was retrained on split {trained_on}, but this forget "
-                          f"request gives split {split.split_hash} (another forget set or --data-seed?)[/]")
+            console.print(f"[yellow]warning: {escape(str(path))} was retrained on split {trained_on}, but this "
+                          f"forget request gives split {split.split_hash} (another forget set or --data-seed?)[/]")
         refs.append(m_r.to(dev))
     layer_list = [t for t in (layers or "").replace(" ", "").split(",") if t] or None
+    if layer_list:
+        from ..models.zoo import taps_of
+
+        known = list(taps_of(m_u))
+        missing = [name for name in layer_list if name not in known]
+        if missing:
+            raise UserError(f"--layers: no layer {missing[0]!r} in the model; it has {', '.join(known)}")
     try:
         report = audit(m_o.to(dev), m_u.to(dev), refs, split, layers=layer_list, config=config, device=dev)
     except (KeyError, ValueError) as e:
@@ -139,5 +147,6 @@ def audit_command(
         if pen.tolerance is not None:
             console.print(f"tolerance: {pen.tolerance.describe()}", highlight=False, markup=False)
     paths = write_audit(report, out)
-    console.print(f"wrote {paths['json']}, {paths['md'].name} and {paths['html'].name}")
+    console.print(f"wrote {paths['json']}, {paths['md'].name} and {paths['html'].name}", markup=False,
+                  highlight=False)
     return report

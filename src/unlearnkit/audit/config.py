@@ -232,6 +232,9 @@ class AuditConfig:
     n_jobs: int | None = None
 
     def __post_init__(self) -> None:
+        from ..validate import dataclass_fields
+
+        dataclass_fields(self)  # types first: a string or NaN where a number belongs is one clear line
         if self.audit_data not in AUDIT_DATA:
             raise UserError(f"audit_data must be one of {', '.join(AUDIT_DATA)}, not {self.audit_data!r}")
         if self.probe_solver not in PROBE_SOLVERS:
@@ -251,6 +254,8 @@ class AuditConfig:
         for name in ("separability_margin", "separability_floor"):
             if not getattr(self, name) >= 1.0:  # NaN fails too
                 raise UserError(f"{name} is a ratio to retrain and must be >= 1")
+        if self.n_jobs is not None and not (self.n_jobs == -1 or self.n_jobs >= 1):
+            raise UserError(f"n_jobs (--jobs) must be -1 (every core) or >= 1, not {self.n_jobs}")
         if self.n_bootstrap < 1000:
             raise UserError(f"n_bootstrap must be at least 1000 (the suppressed flag corrects for 2 x layers "
                             f"comparisons: p-values below 0.005 need that resolution), got {self.n_bootstrap}")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..checkpoints import atomic_write_text
 from ..markdown import markdown_table
+from ..plotting import literal_text
 from .report import AuditReport
 from .vfl import transmitted_html, transmitted_markdown
 
@@ -185,6 +186,7 @@ def _png(fig) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
+@literal_text
 def figures(report: AuditReport) -> dict[str, str]:
     """Base64 PNGs: ``delta_auroc``, ``separability``, ``cka``, ``embedding``."""
     import matplotlib

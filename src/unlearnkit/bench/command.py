@@ -6,6 +6,7 @@ from typing import Optional
 
 import typer
 
+from .. import validate
 from ..errors import UserError
 
 DEFAULT_DB = "results/unlearnkit.db"
@@ -32,6 +33,7 @@ def bench_command(
     """Run a benchmark grid into the results store; finished cells are kept, the next call resumes."""
     from rich.console import Console
 
+    from ..training import resolve_device
     from .cell import Machine
     from .executors import make_executor
     from .grid import load_suite
@@ -45,6 +47,10 @@ def bench_command(
     if dry_run:
         return _dry_run(suite, db_path)
     ex = make_executor(executor, jobs, address)
+    resolve_device(device)  # an unknown device fails now, not in every cell
+    validate.output_file("--db", db_path)  # before any cell runs: a store that cannot be written loses them
+    validate.output_dir("--out", out_dir)
+    validate.cache_dir("--cache-dir", cache_dir)
     machine = Machine(out=str(out_dir), cache_dir=str(cache_dir) if cache_dir else None, device=device,
                       data_dir=str(data_dir), download=download)
     with ResultStore(db_path, exclusive=True) as store:
@@ -63,10 +69,10 @@ def _dry_run(suite, db_path: Path):
     from collections import Counter
 
     done = set()
-    if db_path.is_file():
+    if db_path.exists():  # no store yet: nothing finished (and none is created); a folder: UserError
         from .store import ResultStore
 
-        with ResultStore(db_path, create=False) as store:
+        with ResultStore(db_path, create=False) as store:  # read-only: a dry run writes nothing
             done = store.finished()
     per_grid = Counter(c.grid for c in suite.cells)
     fin = Counter(c.grid for c in suite.cells if c.cell_id in done)

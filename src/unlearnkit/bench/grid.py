@@ -38,6 +38,7 @@ from pathlib import Path
 
 import yaml
 
+from .. import validate
 from ..config import RunConfig, _known
 from ..errors import UserError
 
@@ -112,39 +113,37 @@ def _check(data: dict, allowed: set, where: str) -> dict:
     return data
 
 
-def _as_list(value, what: str) -> list:
+def _as_list(value, what: str, item=None) -> list:
+    """A list (a single name or number stands for a list of one; a mapping is an error), its items
+    checked with ``item(where, value)`` when given."""
     if value is None:
         raise UserError(f"{what} is missing")
+    if isinstance(value, dict):
+        raise UserError(f"{what} must be a list, not a mapping ({value!r})")
     out = value if isinstance(value, list) else [value]
     if not out:
         raise UserError(f"{what} is empty")
-    return out
+    return [item(what, v) for v in out] if item else out
 
 
 def task_label(task: dict) -> str:
     if task.get("name"):
-        return str(task["name"])
-    classes = ",".join(str(c) for c in _ints(task.get("forget_classes")))
+        return validate.text("name of a task", task["name"])
+    classes = ",".join(str(c) for c in _ints(task.get("forget_classes"), "forget_classes of a task"))
     if task.get("task"):
         concept = task.get("concept")
-        return f"{task['task']} {classes}" + (f" of {','.join(str(c) for c in _ints(concept))}" if concept else "")
+        return f"{task['task']} {classes}" + (
+            f" of {','.join(str(c) for c in _ints(concept, 'concept of a task'))}" if concept else "")
     if task.get("forget_random") is not None:
-        r = float(task["forget_random"])
+        r = validate.forget_random("forget_random of a task", task["forget_random"])
         return f"random {r * 100:g}%" if r < 1 else f"random {int(r)}"
     if task.get("forget_indices"):
         return f"indices {Path(str(task['forget_indices'])).name}"
     return f"class {classes}" if "," not in classes else f"classes {classes}"
 
 
-def _ints(value) -> list[int]:
-    if value is None:
-        return []
-    if isinstance(value, (int, str)):
-        value = [v for v in str(value).replace(" ", "").split(",") if v]
-    try:
-        return [int(v) for v in value]
-    except (TypeError, ValueError):
-        raise UserError(f"expected integers, got {value!r}") from None
+def _ints(value, what: str) -> list[int]:
+    return [] if value is None else validate.int_list(what, value)
 
 
 def _methods(entries: list, where: str, setting: str = "standard") -> list[tuple[str, dict]]:
@@ -190,7 +189,10 @@ def _validate_method(name: str, params: dict, preset: str, dataset: str, model: 
 def expand(data: dict, name: str) -> list[Cell]:
     """The cells of a parsed suite, in run order: group by group, reference cell first."""
     _check(data, TOP_KEYS | GRID_KEYS | (set(_known()) - CELL_KEYS), "the suite")
-    defaults = dict(data.get("defaults") or {})
+    for key in ("suite", "db", "out"):
+        if data.get(key) is not None:
+            validate.text(f"the suite's {key}", data[key])
+    defaults = dict(validate.mapping("the suite's defaults", data.get("defaults") or {}))
     _check(defaults, set(_known()) - CELL_KEYS, "defaults")
     grids = data.get("grids")
     if grids is None:
@@ -205,10 +207,11 @@ def expand(data: dict, name: str) -> list[Cell]:
         where = f"grid {gname!r}"
         _check(grid, GRID_KEYS | (set(_known()) - CELL_KEYS), where)
         base = {**defaults, **{k: v for k, v in grid.items() if k not in GRID_KEYS}}
-        datasets = _as_list(grid.get("datasets"), f"datasets of {where}")
-        models = _as_list(grid.get("models", ["small_cnn"]), f"models of {where}")
+        datasets = _as_list(grid.get("datasets"), f"datasets of {where}", validate.text)
+        models = _as_list(grid.get("models", ["small_cnn"]), f"models of {where}", validate.text)
         tasks = _as_list(grid.get("tasks"), f"tasks of {where}")
-        seeds = [int(s) for s in _as_list(grid.get("seeds", [0]), f"seeds of {where}")]
+        seeds = _as_list(grid.get("seeds", [0]), f"seeds of {where}",
+                         lambda what, s: validate.whole(what, s, low=0, high=validate.MAX_SEED))
         methods = _methods(_as_list(grid.get("methods"), f"methods of {where}"), where,
                            str(base.get("setting", "standard")))
         for t in tasks:

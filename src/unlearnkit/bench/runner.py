@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 from rich.console import Console
+from rich.markup import escape
 
 from ..progress import bar
 from .cell import Machine
@@ -36,15 +37,15 @@ def run_bench(suite: Suite, store: ResultStore, executor, machine: Machine, prog
     run_id = store.begin_run(suite.name, suite.path, len(suite.cells), skipped, executor.name,
                              getattr(executor, "jobs", 0) or 0)
     summary = BenchSummary(run_id, len(suite.cells), skipped)
-    console.print(f"bench {suite.name}: {len(suite.cells)} cells, {skipped} finished before, {len(todo)} to run "
-                  f"({executor.name}); store {store.path}")
+    console.print(escape(f"bench {suite.name}: {len(suite.cells)} cells, {skipped} finished before, {len(todo)} "
+                         f"to run ({executor.name}); store {store.path}"))
     t0 = time.perf_counter()
     running: dict[str, str] = {}
     try:
-        with bar(len(todo), f"bench {suite.name}", enabled=progress, on=console) as b:
+        with bar(len(todo), escape(f"bench {suite.name}"), enabled=progress, on=console) as b:
             for event, cell, result in executor.run(todo, machine):
                 if event == "start":
-                    running[cell.cell_id] = cell.describe()
+                    running[cell.cell_id] = escape(cell.describe())
                     b.update(0, running=" | ".join(running.values()))
                     continue
                 running.pop(cell.cell_id, None)
@@ -53,12 +54,13 @@ def run_bench(suite: Suite, store: ResultStore, executor, machine: Machine, prog
                     store.record_cell(cell, result, run_id)
                     summary.done += 1
                     verdicts = ", ".join(f"{e['entry']} {e['verdict']}" for e in result["entries"] if e.get("verdict"))
-                    console.print(f"[{n}/{len(todo)}] {cell.describe()}: done in {result['wall_s']:.1f}s"
-                                  + (f" ({verdicts})" if verdicts else ""))
+                    console.print(escape(f"[{n}/{len(todo)}] {cell.describe()}: done in {result['wall_s']:.1f}s"
+                                         + (f" ({verdicts})" if verdicts else "")))
                 else:
                     store.record_failure(cell, result.get("traceback") or result["error"], run_id)
                     summary.failed.append(cell.describe())
-                    console.print(f"[{n}/{len(todo)}] {cell.describe()}: [red]FAILED[/] {result['error']}")
+                    console.print(escape(f"[{n}/{len(todo)}] {cell.describe()}: ") + "[red]FAILED[/] "
+                                  + escape(str(result["error"])))
                 b.update(1, running=" | ".join(running.values()))
     finally:
         summary.wall_s = time.perf_counter() - t0

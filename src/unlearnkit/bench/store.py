@@ -15,7 +15,9 @@ Tables (``sqlite3 results/unlearnkit.db .schema`` shows them):
 A cell's rows are written in ONE transaction together with its ``cells`` row, so a ``kill -9``
 leaves either the whole cell or nothing of it; WAL with ``synchronous=FULL`` keeps every
 committed cell. Only the bench's main process writes; an exclusive lock file beside the database
-stops a second ``unlearnkit bench`` from running the same cells at the same time.
+stops a second ``unlearnkit bench`` from running the same cells at the same time. Readers
+(``unlearnkit report``, ``unlearnkit bench --dry-run``) open it read-only (``create=False``) and
+write nothing, so a store on read-only storage, or another user's, can be reported on.
 """
 from __future__ import annotations
 
@@ -61,14 +63,26 @@ def _json(obj) -> str | None:
 
 
 class ResultStore:
-    """Open (and create) the store at ``path``. ``exclusive=True`` takes the writer's lock."""
+    """Open (and create) the store at ``path``. ``exclusive=True`` takes the writer's lock.
+
+    ``create=False`` opens an existing store **read-only** (``unlearnkit report``, ``bench --dry-run``):
+    a missing file is a :class:`UserError`, and nothing is written, not even beside the database: no
+    tables, no ``PRAGMA journal_mode``, no lock file, no ``-wal``/``-shm`` file (see :meth:`_open_readonly`).
+    Any write through it fails with ``sqlite3.OperationalError`` (attempt to write a readonly database).
+    """
+
+    TABLES = ("cells", "entries", "runs", "failures")
 
     def __init__(self, path: str | Path, exclusive: bool = False, create: bool = True) -> None:
         self.path = Path(path).expanduser()
-        if not create and not self.path.is_file():
-            raise UserError(f"results database {self.path} does not exist (run `unlearnkit bench` first)")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.readonly = not create
         self._lock = None
+        if self.readonly:
+            if exclusive:
+                raise ValueError("a read-only store takes no writer's lock (exclusive=True needs create=True)")
+            self.db = self._open_readonly()
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         if exclusive:
             self._lock = open(self.path.with_name(self.path.name + ".lock"), "w")
             try:
@@ -85,6 +99,40 @@ class ResultStore:
             self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
         except sqlite3.DatabaseError as e:
             raise UserError(f"{self.path} is not a usable results database ({e})") from None
+
+    def _open_readonly(self) -> sqlite3.Connection:
+        """The store through SQLite's URI ``file:...?mode=ro`` (the path percent-quoted, so ``?``, ``#``
+        and ``%`` in it are kept).
+
+        ``mode=ro`` alone still creates ``-wal`` and ``-shm`` files beside a WAL database when none are
+        there (and fails in a folder it may not write). They are there exactly while a writer has the
+        store open (the last connection to close removes them); then the reader uses them, as SQLite
+        needs to see the writer's committed cells. When they are not, no one has it open and the file
+        is complete, so it is opened ``immutable=1``: read as it is, no lock, no file created. (A
+        bench that starts writing in the milliseconds a report reads only appends to its own -wal; its
+        cells show in the next report.)"""
+        p = self.path
+        if not p.exists():
+            raise UserError(f"results database {p} does not exist (run `unlearnkit bench` first)")
+        if not p.is_file():
+            raise UserError(f"results database {p} is {'a folder' if p.is_dir() else 'not a regular file'}, "
+                            f"not a file")
+        in_use = any(p.with_name(p.name + suffix).exists() for suffix in ("-wal", "-journal"))
+        uri = p.resolve().as_uri() + ("?mode=ro" if in_use else "?mode=ro&immutable=1")
+        db = None
+        try:
+            db = sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None)
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except sqlite3.DatabaseError as e:
+            if db is not None:
+                db.close()
+            raise UserError(f"{p} is not a usable results database ({e})") from None
+        missing = [t for t in self.TABLES if t not in tables]
+        if missing:
+            db.close()
+            raise UserError(f"{p} is not an unlearnkit results database (no table {', '.join(missing)}; "
+                            f"`unlearnkit bench` writes one)")
+        return db
 
     def close(self) -> None:
         self.db.close()
@@ -164,7 +212,11 @@ class ResultStore:
         for r in rows:
             d = dict(r)
             for key in ("task_spec", "variant", "hyperparameters", "config", "metrics", "audit"):
-                d[key] = json.loads(d[key]) if d[key] is not None else None
+                try:
+                    d[key] = json.loads(d[key]) if d[key] is not None else None
+                except (TypeError, ValueError) as e:  # a store edited by hand or by another tool
+                    raise UserError(f"results database {self.path}: cell {d['cell_id']} {d['entry']}: {key} is "
+                                    f"not JSON ({e})") from None
             out.append(d)
         return out
 

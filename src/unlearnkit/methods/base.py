@@ -25,7 +25,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from .. import distributed
+from .. import distributed, validate
 from ..data.arrays import ArrayData, Augment
 from ..errors import NonFiniteLossError, UserError
 from ..registry import Registry
@@ -33,6 +33,7 @@ from ..runtime import Runtime
 
 NEEDS = ("forget", "retain", "original", "test", "val")
 BUNDLED = ("digits", "mnist5k")
+BN_MODES = ("train", "frozen")
 
 
 @dataclass
@@ -76,6 +77,34 @@ class UnlearningMethod:
     not_distributed: ClassVar[str] = "it has not been made data-parallel"
     #: True when the method only works on a vertical federated model (``--setting vfl``), e.g. target
     requires_vfl: ClassVar[bool] = False
+    #: allowed values of text hyperparameters, checked at construction (``bn_mode`` always)
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {}
+
+    def __post_init__(self) -> None:
+        """Hyperparameters are checked when the method is built, before any model is copied.
+
+        Every field against its annotation (a string where a number belongs, NaN or inf, 1.5 for an
+        integer: one :class:`UserError` line naming the method and field), then ``CHOICES``, then the
+        rules every method shares by name: ``lr``/``*_lr`` > 0, ``batch_size``/``*_batch_size`` >= 1,
+        ``epochs``/``*_epochs`` >= 0, then the method's own :meth:`check`."""
+        validate.dataclass_fields(self, f"{self.name}: ")
+        for key, allowed in {"bn_mode": BN_MODES, **self.CHOICES}.items():
+            if hasattr(self, key):
+                validate.choice(f"{self.name}: {key}", getattr(self, key), allowed)
+        for f in fields(self):
+            value, where = getattr(self, f.name), f"{self.name}: {f.name}"
+            if not validate.is_number(value):  # None, or a list (e.g. SCRUB's lr_decay_epochs)
+                continue
+            if f.name == "lr" or f.name.endswith("_lr"):
+                validate.number(where, value, low=0, low_open=True)
+            elif f.name == "batch_size" or f.name.endswith("_batch_size"):
+                validate.whole(where, value, low=1)
+            elif f.name == "epochs" or f.name.endswith("_epochs"):
+                validate.whole(where, value, low=0)
+        self.check()
+
+    def check(self) -> None:
+        """A method's own constraints on its hyperparameters; raise :class:`UserError`."""
 
     def params(self) -> dict:
         """Hyperparameters as plain values; ``type(m)(**m.params())`` rebuilds an equal method."""
@@ -88,8 +117,6 @@ class UnlearningMethod:
         known = {f.name for f in fields(cls)}
         bad = sorted(set(overrides) - known)
         if bad:
-            from ..errors import UserError
-
             raise UserError(f"{cls.name}: unknown hyperparameter(s) {bad}; known: {sorted(known)}")
         base = dict(cls.PRESETS.get(preset or "", {}))
         if dataset:

@@ -18,17 +18,16 @@ from torch import Tensor, nn
 from .. import distributed
 from ..data.arrays import ArrayData, Augment
 from ..distributed import global_batch_len, local_rows, sum_over_ranks, synced  # noqa: F401  (re-exported)
-from ..errors import NonFiniteLossError
+from ..errors import NonFiniteLossError, UserError
 from ..progress import bar
-
-BN_MODES = ("train", "frozen")
+from .base import BN_MODES
 
 
 def set_train_mode(model: nn.Module, bn_mode: str = "train") -> None:
     """``model.train()``; with ``bn_mode="frozen"`` BatchNorm layers stay in eval (running statistics
     unchanged, affine parameters still trained), as PURGE does (reference-specs §6.1)."""
     if bn_mode not in BN_MODES:
-        raise ValueError(f"bn_mode must be one of {BN_MODES}, not {bn_mode!r}")
+        raise UserError(f"bn_mode must be one of {', '.join(BN_MODES)}, not {bn_mode!r}")
     model.train()
     if bn_mode == "frozen":
         for m in model.modules():

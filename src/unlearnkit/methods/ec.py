@@ -34,11 +34,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..errors import NonFiniteLossError
+from ..errors import NonFiniteLossError, UserError
 from ..models.features import capture, pool
 from ..models.zoo import taps_of
 from ..progress import bar
-from .base import METHODS, UnlearnResult, UnlearningMethod, register_method
+from .base import METHODS, UnlearningMethod, UnlearnResult, register_method
 from .common import accuracy_fraction, batches, check_finite, cycle, n_batches, set_train_mode
 from .contrastive import contrastive_unlearning_loss
 
@@ -119,7 +119,7 @@ class ECLoss:
         n_levels = len(self.aux_stages) + 1
         self.weights = list(weights) if weights else depth_weights(n_levels)
         if len(self.weights) != n_levels:
-            raise ValueError(f"EC needs {n_levels} depth weights for this model, got {len(self.weights)}")
+            raise UserError(f"EC needs {n_levels} depth weights for this model, got {len(self.weights)}")
 
     @staticmethod
     def detach(model: nn.Module) -> None:

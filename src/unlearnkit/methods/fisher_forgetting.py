@@ -42,7 +42,7 @@ from torch import Tensor, nn
 
 from ..data.arrays import ArrayData
 from ..progress import bar
-from .base import UnlearnResult, UnlearningMethod, register_method
+from .base import UnlearningMethod, UnlearnResult, register_method
 from .common import batches, check_finite, n_batches, per_sample_grads
 
 VARIANTS = ("reference", "mirage")
@@ -116,6 +116,7 @@ class FisherForgetting(UnlearningMethod):
     # retain damage:  digits, all 1164 retain samples: alpha 1e-6: 0 / 91.4 (18 s), 1e-7: 0 / 99.2;
     # digits, max_samples 256: 1e-6: 0 / 89.8, 3e-7: 0 / 100, 1e-7: 0 / 100 (~2-3 s);
     # mnist5k, max_samples 256: 1e-6: 0 / 95.6, 3e-7: 0 / 96.7, 1e-7: 0 / 96.7 (~12 s on 1 CPU thread).
+    CHOICES = {"variant": VARIANTS}
     PRESETS = {"reference": {}, "small": {"alpha": 3e-7, "max_samples": 256}}
 
     alpha: float = 1e-6
@@ -126,8 +127,6 @@ class FisherForgetting(UnlearningMethod):
     mirage_batch_size: int = 128
 
     def _unlearn(self, model, data, original, device, gen, progress):
-        if self.variant not in VARIANTS:
-            raise ValueError(f"{self.name}: variant must be one of {VARIANTS}, not {self.variant!r}")
         if self.variant == "mirage":
             return self._mirage(model, data, device, gen, progress)
         retain = data.retain

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from ..errors import UserError
 from .amnesiac import Amnesiac
-from .base import UnlearnResult, UnlearningMethod, register_method
+from .base import UnlearningMethod, UnlearnResult, register_method
 from .common import descend, sgd
 from .finetune import Finetune
 from .fisher_forgetting import FisherForgetting
@@ -44,6 +44,7 @@ class _MirageVariant:
     original: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.variant != "mirage":
             raise UserError(f"{self.name} is Mirage's variant only (variant='mirage'); for the original "
                             f"algorithm use {self.original}")

@@ -61,7 +61,7 @@ from ..data.arrays import ArrayData
 from ..errors import UserError
 from ..models.vfl import is_vfl
 from ..progress import bar
-from .base import UnlearnResult, UnlearningMethod, register_method
+from .base import UnlearningMethod, UnlearnResult, register_method
 from .common import check_finite, n_batches, set_train_mode, sgd
 from .unsir import first_per_class
 
@@ -140,6 +140,7 @@ class Target(UnlearningMethod):
     requires_vfl = True
     # Mirage's own values; few-shot, so they run in seconds on CPU and need no small variant, except
     # that the bundled data has no augmentation in Mirage's MNIST recipe.
+    CHOICES = {"variant": VARIANTS}
     PRESETS = {"reference": {}, "small": {"augment": False}}
 
     variant: str = "mirage"
@@ -164,8 +165,6 @@ class Target(UnlearningMethod):
             raise UserError(f"target is few-shot label unlearning for vertical federated models; this is a "
                             f"{getattr(model, 'unlearnkit_spec', {}).get('name', type(model).__name__)}: "
                             f"run it with --setting vfl")
-        if self.variant not in VARIANTS:
-            raise UserError(f"target: variant must be one of {VARIANTS}, not {self.variant!r}")
         return (self._mirage if self.variant == "mirage" else self._luv)(model, data, device, gen, progress)
 
     def _public_sets(self, data, gen) -> tuple[ArrayData, ArrayData]:

@@ -38,7 +38,7 @@ from torch import Tensor
 
 from ..data.arrays import ArrayData
 from ..progress import bar
-from .base import UnlearnResult, UnlearningMethod, register_method
+from .base import UnlearningMethod, UnlearnResult, register_method
 from .common import batches, check_finite, n_batches, set_train_mode
 
 VARIANTS = ("reference", "mirage")
@@ -89,6 +89,7 @@ class UNSIR(UnlearningMethod):
     #   same with 5 copies of 64 noise images: 2 repair epochs 0.0 / 98.4 (2.7 s); 3 epochs 0.0 / 99.2
     # mnist5k with the preset: 0.0 / 91.4 (50 s on a loaded 2-core machine).
     # Mirage variant (lr 1e-3, 5 + 5 epochs) on digits: 0.0 / 15.6.
+    CHOICES = {"variant": VARIANTS}
     PRESETS = {"reference": {},
                "small": {"impair_lr": 3e-3, "repair_lr": 1e-3, "batch_size": 64, "repair_epochs": 2,
                          "noise_batch_size": 64, "noise_copies": 5}}
@@ -113,8 +114,6 @@ class UNSIR(UnlearningMethod):
     mirage_batch_size: int = 128
 
     def _unlearn(self, model, data, original, device, gen, progress):
-        if self.variant not in VARIANTS:
-            raise ValueError(f"{self.name}: variant must be one of {VARIANTS}, not {self.variant!r}")
         if self.variant == "mirage":
             return self._mirage(model, data, device, gen, progress)
         classes = list(data.forgotten_classes) or sorted(set(data.forget.y.tolist()))

@@ -18,15 +18,19 @@ def report_command(
     title: str = typer.Option("unlearnkit benchmark report", help="the report's title"),
 ):
     """Tables in the seed papers' layouts, plots, and a self-contained report.html (+ .md, .csv)."""
+    from .. import validate
     from .build import make_report
     from .records import load_records
 
+    validate.output_dir("--out", out)  # before any work: a report that cannot be written fails first
     if db is None and not results:
         db = Path("results/unlearnkit.db")
         if not db.is_file():
             raise UserError("no results store at results/unlearnkit.db: give --db PATH (written by "
                             "`unlearnkit bench`) or --results path/to/results.json")
-    records, repeated = load_records(db, list(results))
+    elif db is not None:
+        validate.input_file("--db", db)
+    records, repeated = load_records(db, list(results))  # the store is only read (opened read-only)
     sources = ([f"store {db}"] if db is not None else []) + [str(p) for p in results]
     runs = None
     if db is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import math
 
+from ..plotting import literal_text
 from .stats import stat
 from .tables import block_name, forget_acc_yu, group, layer, metric
 
@@ -44,6 +45,7 @@ def _means(recs, get):
     return (s.mean, s.std) if s else (None, None)
 
 
+@literal_text
 def trilemma(records) -> bytes | None:
     groups = {b: ms for b, ms in group(records).items()
               if any(layer("delta_lpr")(r) is not None for rs in ms.values() for r in rs)}
@@ -73,6 +75,7 @@ def trilemma(records) -> bytes | None:
     return _png(plt, fig)
 
 
+@literal_text
 def layerwise(records) -> bytes | None:
     groups = {b: ms for b, ms in group(records).items()
               if any(r.audit and r.audit.get("layers") and r.method != "retrain" for rs in ms.values() for r in rs)}
@@ -100,6 +103,7 @@ def layerwise(records) -> bytes | None:
     return _png(plt, fig)
 
 
+@literal_text
 def runtime(records) -> bytes | None:
     groups = {b: ms for b, ms in group(records).items()
               if any(m not in ("original", "retrain") for m in ms)}

@@ -59,7 +59,7 @@ def test_audit_command_prints_the_verdict_and_writes_three_files(app, ckpts, tmp
     ([], "unlearned", "exactly one of --forget-classes"),
     (["--forget-classes", "3", "--forget-random", "0.1"], "unlearned", "exactly one of"),
     (["--forget-classes", "3"], "five", "5 classes"),
-    (["--forget-classes", "x"], "unlearned", "comma-separated integers"),
+    (["--forget-classes", "x"], "unlearned", "comma-separated whole numbers"),
     (["--forget-classes", "3", "--audit-data", "both"], "unlearned", "audit_data"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(app, ckpts, tmp_path, extra, unlearned, message):

@@ -1,0 +1,255 @@
+"""Checks of the values a user types, applied once where they enter (CLI options, YAML, results files).
+
+Every check raises :class:`~unlearnkit.errors.UserError` with one line that names the option or key,
+shows the bad value and says what is allowed; the CLI prints it as ``error: ...`` and exits with code 2.
+Nothing here does work or writes a file: the location checks probe writability with an anonymous
+temporary file (``O_TMPFILE``, never visible in the folder), so a run that cannot save its results
+fails before it trains, and leaves nothing behind.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import tempfile
+import typing
+from pathlib import Path
+from typing import Any
+
+from .errors import UserError
+
+#: seeds: numpy's RandomState takes 0..2**32-1
+MAX_SEED = 2**32 - 1
+#: a typer option's range for a seed: ``typer.Option(0, **SEED_RANGE)``
+SEED_RANGE = {"min": 0, "max": MAX_SEED}
+
+
+def _show(value: Any) -> str:
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def is_number(value: Any) -> bool:
+    """A real number (int or float, numpy scalars too), never a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def number(name: str, value: Any, *, low: float | None = None, high: float | None = None,
+           low_open: bool = False, high_open: bool = False) -> float:
+    """A finite real number in [low, high] (an open end with ``low_open``/``high_open``)."""
+    if not is_number(value):
+        raise UserError(f"{name} must be a number, not {_show(value)}")
+    v = float(value)
+    if not math.isfinite(v):
+        raise UserError(f"{name} must be a finite number, not {value}")
+    lo_bad = low is not None and (v <= low if low_open else v < low)
+    hi_bad = high is not None and (v >= high if high_open else v > high)
+    if lo_bad or hi_bad:
+        lo = "" if low is None else f"{'>' if low_open else '>='} {low:g}"
+        hi = "" if high is None else f"{'<' if high_open else '<='} {high:g}"
+        raise UserError(f"{name} must be {' and '.join(p for p in (lo, hi) if p)}, not {value}")
+    return v
+
+
+def whole(name: str, value: Any, *, low: int | None = None, high: int | None = None) -> int:
+    """An integer (not a bool, not 1.5) in [low, high]."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise UserError(f"{name} must be a whole number, not {_show(value)}")
+    v = int(value)
+    if (low is not None and v < low) or (high is not None and v > high):
+        rng = f">= {low}" if high is None else f"<= {high}" if low is None else f"in {low}..{high}"
+        raise UserError(f"{name} must be a whole number {rng}, not {v}")
+    return v
+
+
+def forget_random(name: str, value: Any) -> float | int:
+    """A random forget set: a fraction in (0, 1) or a whole count >= 1 (1.5 is neither)."""
+    if not is_number(value):
+        raise UserError(f"{name} must be a fraction in (0, 1) or a whole count >= 1, not {_show(value)}")
+    v = float(value)
+    if math.isfinite(v) and 0 < v < 1:
+        return v
+    if math.isfinite(v) and v >= 1 and v == int(v):
+        return int(v)
+    raise UserError(f"{name} must be a fraction in (0, 1) or a whole count >= 1, not {value}")
+
+
+def int_list(name: str, value: Any, *, low: int | None = 0, unique: bool = True) -> list[int]:
+    """Integers from ``"3,8"``, ``3`` or ``[3, 8]``; duplicates dropped (first kept) when ``unique``."""
+    if isinstance(value, str):
+        parts = [t for t in value.replace(" ", "").split(",") if t != ""]
+        try:
+            items: list = [int(t) for t in parts]
+        except ValueError:
+            raise UserError(f"{name} must be comma-separated whole numbers (e.g. 3 or 3,8), not {value!r}") from None
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        items = [value]
+    out: list[int] = []
+    for item in items:
+        v = whole(name, item, low=low)
+        if not (unique and v in out):
+            out.append(v)
+    return out
+
+
+def choice(name: str, value: Any, allowed: typing.Iterable[str]) -> str:
+    allowed = tuple(allowed)
+    if not isinstance(value, str) or value not in allowed:
+        raise UserError(f"{name} must be one of {', '.join(allowed)}, not {_show(value)}")
+    return value
+
+
+def text(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise UserError(f"{name} must be text, not {_show(value)}")
+    return value
+
+
+def mapping(name: str, value: Any) -> dict:
+    if not isinstance(value, dict):
+        raise UserError(f"{name} must be a mapping (key: value), not {_show(value)}")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# values against a type annotation (RunConfig fields, a method's hyperparameters)
+
+
+def of_type(name: str, value: Any, hint: Any) -> Any:
+    """``value`` checked against a type hint (int, float, str, bool, X | None, list[X], dict, tuple).
+
+    Floats must be finite; an int is accepted for a float. A string that spells a number is
+    accepted for a number (YAML 1.1 reads ``1e-3`` as a string). Returns the value, converted."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if hint is Any:
+        return value
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        if value is None and type(None) in args:
+            return None
+        rest = [a for a in args if a is not type(None)]
+        errors = []
+        for a in rest:
+            try:
+                return of_type(name, value, a)
+            except UserError as e:
+                errors.append(str(e))
+        raise UserError(errors[0] if len(rest) == 1 else
+                        f"{name} must be {' or '.join(_type_name(a) for a in rest)}, not {_show(value)}")
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise UserError(f"{name} must be true or false, not {_show(value)}")
+        return value
+    if hint is int:
+        if isinstance(value, str):
+            value = _parse_number(value, int)
+        return whole(name, value)
+    if hint is float:
+        if isinstance(value, str):
+            value = _parse_number(value, float)
+        return number(name, value)
+    if hint is str:
+        return text(name, value)
+    if hint is dict or origin is dict:
+        return mapping(name, value)
+    if hint in (list, tuple) or origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise UserError(f"{name} must be a list, not {_show(value)}")
+        item = args[0] if args else None  # list[X] and tuple[X, ...]
+        if item is None:
+            return list(value) if hint is list or origin is list else tuple(value)
+        out = [of_type(f"{name}[{i}]", v, item) for i, v in enumerate(value)]
+        return out if (hint is list or origin is list) else tuple(out)
+    return value  # a type this checker does not know: left to the consumer
+
+
+def _parse_number(text: str, kind: type) -> Any:
+    try:
+        return kind(text.strip()) if kind is int else float(text.strip())
+    except ValueError:
+        return text  # reported by the caller with the original text
+
+
+def _type_name(hint: Any) -> str:
+    names = {int: "a whole number", float: "a number", str: "text", bool: "true or false", dict: "a mapping",
+             list: "a list", tuple: "a list"}
+    return names.get(hint) or names.get(typing.get_origin(hint)) or str(hint)
+
+
+# ---------------------------------------------------------------------------------------------
+# locations
+
+
+def _probe(folder: Path) -> bool:
+    """Can files be created in ``folder``? An anonymous temporary file, gone when closed."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
+
+
+def _writable(name: str, path: Path, folder: Path) -> None:
+    """``folder`` (where ``path`` goes) exists and is writable, or its nearest existing ancestor is."""
+    anc = folder
+    while not anc.exists() and anc != anc.parent:
+        anc = anc.parent
+    if not anc.is_dir():
+        raise UserError(f"{name} {path} cannot be written: {anc} is a file, not a folder")
+    if not _probe(anc):
+        raise UserError(f"{name} {path} cannot be written: {anc} is not writable")
+
+
+def output_dir(name: str, path: str | Path) -> Path:
+    """A folder that exists and is writable, or can be created: checked without creating anything."""
+    p = Path(path).expanduser()
+    if p.exists() and not p.is_dir():
+        raise UserError(f"{name} {p} is a file, not a folder")
+    _writable(name, p, p)
+    return p
+
+
+def output_file(name: str, path: str | Path) -> Path:
+    """A file that can be written: not a folder, in a folder that is (or can be made) writable."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise UserError(f"{name} {p} is a folder; give a file name")
+    if p.exists() and not p.is_file():
+        raise UserError(f"{name} {p} is not a regular file")
+    _writable(name, p, p.parent)
+    return p
+
+
+def input_file(name: str, path: str | Path) -> Path:
+    """A file that exists and can be read."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise UserError(f"{name} {p} does not exist")
+    if p.is_dir():
+        raise UserError(f"{name} {p} is a folder, not a file")
+    try:
+        with open(p, "rb"):
+            pass
+    except OSError as e:
+        raise UserError(f"{name} {p} cannot be read ({e.strerror})") from None
+    return p
+
+
+def cache_dir(name: str, path: str | Path | None) -> Path:
+    """The model cache (``path``, else the default) must be writable: models are stored there."""
+    from .training import default_cache_dir
+
+    return output_dir(name, Path(path) if path else default_cache_dir())
+
+
+def dataclass_fields(obj: Any, where: str = "") -> None:
+    """Check every field of a dataclass instance against its annotation (:func:`of_type`), in place.
+
+    ``where`` prefixes the field's name in the message (e.g. ``"salun: "``)."""
+    import dataclasses
+
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        if f.name in hints:
+            value = of_type(f"{where}{f.name}", getattr(obj, f.name), hints[f.name])
+            object.__setattr__(obj, f.name, value)
