@@ -173,9 +173,7 @@ def load_config(path: str | Path | None, overrides: dict | None = None) -> RunCo
     """YAML file (safe_load: plain data only) + CLI overrides (``None`` values ignored)."""
     data: dict = {}
     if path is not None:
-        p = Path(path).expanduser()
-        if not p.is_file():
-            raise UserError(f"config file {p} does not exist")
+        p = validate.input_file("config file", path)
         try:
             loaded = yaml.safe_load(p.read_text()) or {}
         except yaml.YAMLError as e:

@@ -189,22 +189,27 @@ def _probe(folder: Path) -> bool:
         return False
 
 
+def _named(name: str, path: Path) -> str:
+    """``out: runs/x`` for a configuration key, ``--out runs/x`` for an option or a phrase."""
+    return f"{name}: {path}" if name.replace(".", "_").isidentifier() else f"{name} {path}"
+
+
 def _writable(name: str, path: Path, folder: Path) -> None:
     """``folder`` (where ``path`` goes) exists and is writable, or its nearest existing ancestor is."""
     anc = folder
     while not anc.exists() and anc != anc.parent:
         anc = anc.parent
     if not anc.is_dir():
-        raise UserError(f"{name} {path} cannot be written: {anc} is a file, not a folder")
+        raise UserError(f"{_named(name, path)} cannot be written: {anc} is a file, not a folder")
     if not _probe(anc):
-        raise UserError(f"{name} {path} cannot be written: {anc} is not writable")
+        raise UserError(f"{_named(name, path)} cannot be written: {anc} is not writable")
 
 
 def output_dir(name: str, path: str | Path) -> Path:
     """A folder that exists and is writable, or can be created: checked without creating anything."""
     p = Path(path).expanduser()
     if p.exists() and not p.is_dir():
-        raise UserError(f"{name} {p} is a file, not a folder")
+        raise UserError(f"{_named(name, p)} is a file, not a folder")
     _writable(name, p, p)
     return p
 
@@ -213,9 +218,9 @@ def output_file(name: str, path: str | Path) -> Path:
     """A file that can be written: not a folder, in a folder that is (or can be made) writable."""
     p = Path(path).expanduser()
     if p.is_dir():
-        raise UserError(f"{name} {p} is a folder; give a file name")
+        raise UserError(f"{_named(name, p)} is a folder; give a file name")
     if p.exists() and not p.is_file():
-        raise UserError(f"{name} {p} is not a regular file")
+        raise UserError(f"{_named(name, p)} is not a regular file")
     _writable(name, p, p.parent)
     return p
 
@@ -224,14 +229,14 @@ def input_file(name: str, path: str | Path) -> Path:
     """A file that exists and can be read."""
     p = Path(path).expanduser()
     if not p.exists():
-        raise UserError(f"{name} {p} does not exist")
+        raise UserError(f"{_named(name, p)} does not exist")
     if p.is_dir():
-        raise UserError(f"{name} {p} is a folder, not a file")
+        raise UserError(f"{_named(name, p)} is a folder, not a file")
     try:
         with open(p, "rb"):
             pass
     except OSError as e:
-        raise UserError(f"{name} {p} cannot be read ({e.strerror})") from None
+        raise UserError(f"{_named(name, p)} cannot be read ({e.strerror})") from None
     return p
 
 

@@ -350,3 +350,52 @@ def test_duplicated_classes_are_recorded_once():
 
     assert RunConfig(forget_classes="3,3,8,3").forget_classes == [3, 8]
     assert load_config(None, {"forget_classes": [3, 3]}).forget_classes == [3]
+
+
+def test_names_with_mathtext_are_plotted_literally(tmp_path):
+    """A task named with an unbalanced ``$`` (invalid mathtext) still gets its figures."""
+    from sample_results import sample_results
+
+    res = sample_results()
+    res["task"]["dataset"] = "my $x^$ data"
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(res))
+    result = runner.invoke(app, ["report", "--results", str(path), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "3 figures" in result.output, result.output
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
+def test_written_files_follow_the_umask(umask, tmp_path):
+    """Atomic writes keep the mode a plain open() would give: a team's shared folder stays readable."""
+    from unlearnkit.checkpoints import atomic_write_text
+
+    old = os.umask(umask)
+    try:
+        atomic_write_text(tmp_path / "f.txt", "x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "f.txt").stat().st_mode) == 0o666 & ~umask
+
+
+def file_options():
+    """(command, option) pairs whose baseline value is a file: a folder there must be refused."""
+    shapes = {"ckpt": "/x/model.pt", "suite": "/x/suite.yaml", "results": "/x/results.json", "plain": Path("/x/p")}
+    cases = []
+    for command in sorted(COMMANDS):
+        args = baseline(command, shapes, Path("/x/out"))
+        for i, a in enumerate(args[:-1]):
+            if a.startswith("--") and Path(args[i + 1]).suffix in (".pt", ".db", ".json", ".yaml"):
+                cases.append(pytest.param(command, a, id=f"{command}:{a}"))
+    return sorted(set(cases), key=lambda p: p.id)
+
+
+@pytest.mark.parametrize("command,opt", file_options())
+def test_a_folder_where_a_file_belongs_is_refused(command, opt, files, guard, tmp_path):
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    out = tmp_path / "out"
+    args = baseline(command, files, out)
+    args = [folder.as_posix() if i > 0 and args[i - 1] == opt else a for i, a in enumerate(args)]
+    result = runner.invoke(app, args)
+    assert_refused(result, out, opt, str(folder))

@@ -253,9 +253,7 @@ def _add(cells: dict, cell: Cell) -> None:
 
 
 def load_suite(path: str | Path) -> Suite:
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise UserError(f"suite file {p} does not exist")
+    p = validate.input_file("suite file", path)
     try:
         data = yaml.safe_load(p.read_text())
     except yaml.YAMLError as e:
