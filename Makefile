@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test install clean-runs bench
+.PHONY: demo test lint install clean-runs bench
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -24,6 +24,9 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/train_throughput.py

@@ -43,7 +43,7 @@ def _classes(text: str) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     from unlearnkit import ForgetSpec, load_dataset, make_split
     from unlearnkit.audit import AuditConfig, audit
-    from unlearnkit.audit.calibrate import head_retrained, masked_head
+    from unlearnkit.audit.constructed import head_retrained, masked_head
     from unlearnkit.audit.memo import AuditCache
     from unlearnkit.evaluation import model_outputs
     from unlearnkit.models.zoo import audit_layers
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     for cls in _classes(a.classes):
         split = make_split(bundle, ForgetSpec(classes=(cls,)))
 
-        def ref(kind: str, seed: int):
+        def ref(kind: str, seed: int, split=split):
             return reference_model(kind, split, "small_cnn", recipe, seed=seed, progress=False).model
 
         original = ref("original", 0)

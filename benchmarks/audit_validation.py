@@ -55,7 +55,7 @@ def error(case: str, verdict: str) -> str | None:
 def run_setting(arch: str, dataset: str, forget: str, a, rows: list[dict]) -> None:
     from unlearnkit import ForgetSpec, load_dataset, make_split
     from unlearnkit.audit import AuditConfig, audit
-    from unlearnkit.audit.calibrate import head_retrained, masked_head, noised
+    from unlearnkit.audit.constructed import head_retrained, masked_head, noised
     from unlearnkit.audit.memo import AuditCache
     from unlearnkit.evaluation import model_outputs
     from unlearnkit.models.zoo import audit_layers

@@ -20,9 +20,12 @@ import torch  # noqa: E402
 
 from unlearnkit import ForgetSpec, load_dataset, make_split  # noqa: E402
 from unlearnkit.methods import METHODS, preset_for  # noqa: E402
-from unlearnkit.runner import method_names  # noqa: E402
-from unlearnkit.runtime import Runtime  # noqa: E402
-from unlearnkit.training import default_recipe, reference_model, resolve_device  # noqa: E402
+from unlearnkit.methods.names import method_names  # noqa: E402
+from unlearnkit.runtime import (
+    Runtime,  # noqa: E402
+    resolve_device,  # noqa: E402
+)
+from unlearnkit.training import default_recipe, reference_model  # noqa: E402
 
 
 def main() -> None:

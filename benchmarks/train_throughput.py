@@ -29,8 +29,10 @@ from unlearnkit import create_model, load_dataset  # noqa: E402
 from unlearnkit.data.arrays import ArrayData, Augment  # noqa: E402
 from unlearnkit.loop import Recipe, fit  # noqa: E402
 from unlearnkit.models.features import LOGITS, extract  # noqa: E402
-from unlearnkit.runtime import Runtime  # noqa: E402
-from unlearnkit.training import resolve_device  # noqa: E402
+from unlearnkit.runtime import (
+    Runtime,  # noqa: E402
+    resolve_device,  # noqa: E402
+)
 
 CIFAR_STATS = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
 
@@ -119,15 +121,15 @@ def main() -> None:
         results = {"bare": [], "unlearnkit": [], "unlearnkit+aug": []}
         for _ in range(args.repeats):  # interleaved, best of N, so drift on a shared machine hits both
             m = make()
-            results["bare"].append(n_img / timed(lambda: bare_loop(m, x, y, args.epochs, args.batch_size, 0.01,
-                                                                     rt, device)))
+            results["bare"].append(n_img / timed(lambda m=m: bare_loop(m, x, y, args.epochs, args.batch_size, 0.01,
+                                                                       rt, device)))
             m = make()
-            results["unlearnkit"].append(n_img / timed(lambda: fit(m, data, recipe, augment, seed=0, device=device,
-                                                                     progress=False, runtime=rt)))
+            results["unlearnkit"].append(n_img / timed(lambda m=m: fit(m, data, recipe, augment, seed=0,
+                                                                       device=device, progress=False, runtime=rt)))
             m = make()
             aug_recipe = Recipe(**{**recipe.to_dict(), "augment": True})
-            results["unlearnkit+aug"].append(n_img / timed(lambda: fit(m, data, aug_recipe, augment, seed=0,
-                                                                         device=device, progress=False, runtime=rt)))
+            results["unlearnkit+aug"].append(n_img / timed(lambda m=m, r=aug_recipe: fit(
+                m, data, r, augment, seed=0, device=device, progress=False, runtime=rt)))
         if args.inference:
             bs = 4 * args.batch_size
             bare_inference(warm, x, bs, rt, device)

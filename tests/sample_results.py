@@ -1,6 +1,8 @@
 """A results.json as ``unlearnkit run`` writes it (schema unlearnkit.results/1), for report tests.
 
-The numbers are made up; only their shape matters. Shared by the report tests and the bad-input sweep.
+The numbers are made up; only their shape matters (the audits' test-set data differ from the
+training-split data their verdicts rest on, as on the bundled data). Shared by the report tests and
+the bad-input sweep.
 """
 from __future__ import annotations
 
@@ -18,8 +20,20 @@ def audit(delta: float = 2.0, verdict: str = "suppressed") -> dict:
                      "lpr_retrained": 88.0, "separability_retrained": 0.3, "cka_retrain_original": 0.7,
                      "margin_source": "calibrated", "probed": True, "tolerance": None}
               for i, name in enumerate(["block1", "penultimate"])}
+    # the test-set data hold other numbers: the tables must read the data the verdict rests on (train)
+    test_layers = {name: {**layer, "lpr": layer["lpr"] - 7.5, "delta_lpr": layer["delta_lpr"] - 4.0,
+                          "delta_lpr_ci": [v - 4.0 for v in layer["delta_lpr_ci"]], "cka_original": 0.6,
+                          "separability": 0.25, "lpr_retrained": 81.0, "separability_retrained": 0.15,
+                          "cka_retrain_original": 0.55}
+                   for name, layer in layers.items()}
     return {"schema": "unlearnkit.audit/1", "verdict": verdict, "penultimate_layer": "penultimate",
-            "layers": layers, "idi": {"idi": None, "note": "not computed"}, "transmitted": {}}
+            "rests_on": "train", "rests_on_reason": "the test set holds too few forget samples",
+            "layers": layers,
+            "audit_data": {"test": {"protocol": "full test set, forgotten classes vs the rest (Mirage)",
+                                    "layers": test_layers},
+                           "train": {"protocol": "training split, forget set vs retained data", "layers": layers}},
+            "cka": "centered (Kornblith 2019), on standardised units",
+            "idi": {"idi": None, "note": "not computed"}, "transmitted": {}}
 
 
 def sample_results() -> dict:

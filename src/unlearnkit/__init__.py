@@ -1,6 +1,5 @@
 """unlearnkit: make an image classifier forget, then certify whether it really forgot."""
-__version__ = "0.1.0"
-
+from ._version import __version__  # noqa: E402
 from .checkpoints import load_checkpoint, save_checkpoint  # noqa: E402
 from .data.datasets import DATASETS, load_dataset  # noqa: E402
 from .data.splits import ForgetSpec, UnlearningSplit, make_split  # noqa: E402

@@ -22,10 +22,8 @@ Keys (YAML and ``unlearnkit run`` flags take the same names, dashes or underscor
 """
 from __future__ import annotations
 
-import difflib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -112,8 +110,8 @@ class RunConfig:
         from .audit.config import AuditConfig
         from .data.datasets import DATASETS
         from .loop import Recipe
+        from .methods.names import method_names
         from .models.zoo import MODELS
-        from .runner import method_names
         from .runtime import Runtime
 
         if not self.dataset.startswith("imagefolder:"):
@@ -146,25 +144,23 @@ def _construct(key: str, cls, overrides: dict):
     known = [f.name for f in fields(cls)]
     bad = sorted(set(overrides) - set(known))
     if bad:
-        close = difflib.get_close_matches(str(bad[0]), known, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(known)}"
+        hint = validate.suggestion(bad[0], known) or f"; known: {', '.join(known)}"
         raise UserError(f"unknown {key} key {bad[0]!r}{hint}")
     return cls(**overrides)
 
 
-def _known() -> dict[str, Any]:
-    return {f.name: f for f in fields(RunConfig)}
+def config_keys() -> set[str]:
+    """The keys a run configuration (YAML, a bench suite's defaults and grids) may hold."""
+    return {f.name for f in fields(RunConfig)}
 
 
 def check_keys(data: dict, where: str) -> dict:
-    known = _known()
+    known = config_keys()
     out = {}
     for key, value in data.items():
         k = str(key).replace("-", "_")
         if k not in known:
-            close = difflib.get_close_matches(k, list(known), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise UserError(f"unknown config key {key!r} in {where}{hint}")
+            raise UserError(f"unknown config key {key!r} in {where}{validate.suggestion(k, known)}")
         out[k] = value
     return out
 

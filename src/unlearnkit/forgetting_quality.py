@@ -36,7 +36,6 @@ so an interrupted run loses at most the jobs in flight.
 from __future__ import annotations
 
 import json
-import math
 import re
 import time
 import traceback
@@ -148,7 +147,7 @@ def execute_job(job: Job, machine: Machine) -> dict:
     """Make and measure the job's model; ``{"ok": True, "record": ...}`` or ``{"ok": False, "error"}``."""
     from .checkpoints import state_sha256
     from .runner import _method
-    from .training import resolve_device
+    from .runtime import resolve_device
 
     t0 = time.perf_counter()
     try:
@@ -198,7 +197,7 @@ RUNS_WHY = (": the forget score's scale ends at ceil(log(runs - 1)), which is 0 
 
 
 def _method_list(methods) -> list[str]:
-    from .runner import method_names
+    from .methods.names import method_names
 
     given = methods.split(",") if isinstance(methods, str) else methods
     names = [str(m).strip() for m in given if str(m).strip()]
@@ -251,14 +250,6 @@ def _stats(values: list[float]) -> dict:
     return {"mean": float(a.mean()), "std": float(a.std())}
 
 
-def _finite(x):
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_finite(v) for v in x]
-    return None if isinstance(x, float) and not math.isfinite(x) else x
-
-
 def _row(recs: list[dict], refs: list[dict], control: bool, note: str = "") -> dict:
     from .metrics import final_score, forget_score
 
@@ -303,13 +294,52 @@ def forgetting_quality(*, dataset: str, model: str = "small_cnn", forget_classes
     from rich.markup import escape
 
     from .bench.executors import make_executor
-    from .config import parse_int_list
-    from .progress import bar, console
-    from .runner import _method, git_commit
-    from .training import check_model, resolve_device, versions
+    from .progress import console
+    from .runtime import resolve_device
+    from .training import check_cache_dir, check_model
 
     t_start = time.perf_counter()
     # --- every user value, before any training or writing
+    cfg, names, per_method, runs = _checked_config(
+        dataset=dataset, model=model, forget_classes=forget_classes, forget_random=forget_random,
+        methods=methods, runs=runs, runs_for=runs_for, seed=seed, data_seed=data_seed, epochs=epochs,
+        preset=preset, out=out, cache_dir=cache_dir, data_dir=data_dir, download=download, device=device)
+    validate.output_dir("--out", out)  # before any training: results that cannot be written are lost time
+    check_cache_dir("--cache-dir", cache_dir)
+    dev = resolve_device(device)
+    ex = make_executor(executor, jobs, address)
+    task = _task(cfg)
+    check_model(task.model_name, task.bundle, task.model_kwargs)
+    plan = _Plan(task, names, per_method, runs, cfg.seed, controls)
+    cfg, split, out = task.cfg, task.split, Path(out)
+    _TASKS.clear()
+    _TASKS[json.dumps(cfg.to_dict(), sort_keys=True, default=str)] = task  # in-process jobs reuse it
+
+    console.print(f"[bold]{escape(task.bundle.name)}[/] forget {escape(split.spec.describe())}: "
+                  f"{len(split.train_forget)} train samples; model {escape(str(cfg.model))}; {runs} runs "
+                  f"each side; device {dev}", highlight=False)
+    original = _reference("original", task, cfg.seed, cfg.cache_dir, dev, progress)
+    todo = plan.jobs(original.meta["sha256"])
+    machine = Machine(out=str(out), cache_dir=cfg.cache_dir, device=str(dev), data_dir=cfg.data_dir,
+                      download=cfg.download)
+    records, n_run = _execute(todo, out / "jobs", len(split.train_forget), ex, machine, jobs=jobs,
+                              progress=progress)
+    given = {"dataset": dataset, "epochs": epochs, "preset": preset, "device": device, "jobs": jobs,
+             "executor": executor, "address": address}
+    results = _results(plan, records, todo, original, given=given, out=out, device=dev,
+                       jobs_info={"total": len(todo), "run": n_run, "reused": len(todo) - n_run},
+                       wall_s=time.perf_counter() - t_start)
+    write_outputs(results, out)
+    return results
+
+
+def _checked_config(*, dataset, model, forget_classes, forget_random, methods, runs, runs_for, seed, data_seed,
+                    epochs, preset, out, cache_dir, data_dir, download,
+                    device) -> tuple[RunConfig, list[str], dict, int]:
+    """Every value of a call checked (:class:`UserError`): the run configuration, the canonical method
+    names, runs per method, and N."""
+    from .config import parse_int_list
+
     runs = _count(runs, "--runs", MIN_RUNS, why=RUNS_WHY)
     names = _method_list(methods)
     per_method = {name: runs for name in names} | _runs_for(runs_for, names, runs)
@@ -328,60 +358,89 @@ def forgetting_quality(*, dataset: str, model: str = "small_cnn", forget_classes
                     recipe={"epochs": epochs} if epochs is not None else {}, preset=preset, audit=False,
                     out=str(out), data_dir=str(data_dir), download=download, device=device,
                     cache_dir=str(cache_dir) if cache_dir else None)
-    validate.output_dir("--out", out)  # before any training: results that cannot be written are lost time
-    validate.cache_dir("--cache-dir", cache_dir)
-    dev = resolve_device(device)
-    ex = make_executor(executor, jobs, address)
-    task = _task(cfg)
-    check_model(task.model_name, task.bundle, task.model_kwargs)
-    methods_obj = {name: _method(name, task.preset, task.bundle, task.split, task.cfg) for name in names}
-    cfg, split, out = task.cfg, task.split, Path(out)
-    _TASKS.clear()
-    _TASKS[json.dumps(cfg.to_dict(), sort_keys=True, default=str)] = task  # in-process jobs reuse it
+    return cfg, names, per_method, runs
 
-    console.print(f"[bold]{escape(task.bundle.name)}[/] forget {split.spec.describe()}: "
-                  f"{len(split.train_forget)} train samples; model {escape(str(cfg.model))}; {runs} runs "
-                  f"each side; device {dev}", highlight=False)
-    original = _reference("original", task, seed, cfg.cache_dir, dev, progress)
-    common = _job_keys(task)
 
-    def job(role: str, method: str, s: int) -> Job:
+@dataclass
+class _Plan:
+    """Which jobs one call needs: N retrains, n runs per method, and the controls."""
+
+    task: _Task
+    names: list[str]
+    per_method: dict[str, int]
+    runs: int
+    seed: int
+    controls: bool
+
+    def __post_init__(self) -> None:
+        from .runner import _method
+
+        t = self.task
+        self.methods_obj = {name: _method(name, t.preset, t.bundle, t.split, t.cfg) for name in self.names}
+
+    def job(self, role: str, method: str, s: int, original_sha256: str) -> Job:
         """A retrained model depends on the task and its seed; the others on the original too."""
-        key = {**common, "method": method, "seed": s}
-        if method in methods_obj:
-            key.update(params=methods_obj[method].params(), preset=task.preset)
+        key = {**_job_keys(self.task), "method": method, "seed": s}
+        if method in self.methods_obj:
+            key.update(params=self.methods_obj[method].params(), preset=self.task.preset)
         if method != "retrain":
-            key.update(original_seed=seed, original_sha256=original.meta["sha256"])
-        return Job(role, method, s, cfg.to_dict(), _plain(key))
+            key.update(original_seed=self.seed, original_sha256=original_sha256)
+        return Job(role, method, s, self.task.cfg.to_dict(), _plain(key))
 
-    todo = [job("reference", "retrain", seed + 1 + i) for i in range(runs)]
-    todo += [job("method", name, seed + 1 + i) for name in names for i in range(per_method[name])]
-    if controls:
-        todo += [job("control", "retrain", seed + 1 + runs + i) for i in range(runs)]
-        todo.append(job("control", "original", seed))
+    def jobs(self, original_sha256: str) -> list[Job]:
+        seed, runs, sha = self.seed, self.runs, original_sha256
+        todo = [self.job("reference", "retrain", seed + 1 + i, sha) for i in range(runs)]
+        todo += [self.job("method", name, seed + 1 + i, sha) for name in self.names
+                 for i in range(self.per_method[name])]
+        if self.controls:
+            todo += [self.job("control", "retrain", seed + 1 + runs + i, sha) for i in range(runs)]
+            todo.append(self.job("control", "original", seed, sha))
+        return todo
 
-    # --- run what is not stored yet
-    folder = out / "jobs"
+    def rows(self, records: dict[str, dict], todo: list[Job]) -> dict[str, dict]:
+        """One scored row per method, and the controls' rows (more retrains at the top, the original)."""
+        def recs(role: str, method: str) -> list[dict]:
+            return [records[j.name] for j in todo if j.role == role and j.method == method]
+
+        seed, runs = self.seed, self.runs
+        refs = recs("reference", "retrain")
+        rows: dict[str, dict] = {}
+        if self.controls:
+            rows["retrain"] = _row(recs("control", "retrain"), refs, True,
+                                   f"{runs} more retrained models (seeds {seed + runs + 1}..{seed + 2 * runs})")
+        for name in self.names:
+            n = self.per_method[name]
+            note = f"{n} of {runs} runs: compared with the first {n} retrained models" if n < runs else ""
+            rows[name] = _row(recs("method", name), refs[:n], False, note)
+        if self.controls:
+            orig = records[todo[-1].name]
+            rows["original"] = _row([orig] * runs, refs, True, f"the original model itself, {runs} times")
+        return rows
+
+
+def _execute(todo: list[Job], folder: Path, n_forget: int, ex, machine, *, jobs: int,
+             progress: bool) -> tuple[dict[str, dict], int]:
+    """Run the jobs not stored yet (each stored as it finishes); all records and how many ran."""
+    from rich.markup import escape
+
+    from .progress import bar, console
+
     records: dict[str, dict] = {}
     for j in todo:
-        rec = _load(folder / f"{j.name}.json", j, len(split.train_forget))
+        rec = _load(folder / f"{j.name}.json", j, n_forget)
         if rec is not None:
             records[j.name] = rec
     pending = [j for j in todo if j.name not in records]
-    reused = len(records)
     parallel = f", {jobs} jobs" if jobs > 1 else ""
-    console.print(f"{len(todo)} jobs: {reused} stored before, {len(pending)} to run "
+    console.print(f"{len(todo)} jobs: {len(records)} stored before, {len(pending)} to run "
                   f"({ex.name} executor{parallel})", markup=False, highlight=False)
-    machine = Machine(out=str(out), cache_dir=cfg.cache_dir, device=str(dev), data_dir=cfg.data_dir,
-                      download=cfg.download)
     failed: list[tuple[str, str]] = []
     with bar(len(pending), "forgetting quality", enabled=progress) as b:
         for event, j, result in ex.run(pending, machine, execute_job):
             if event != "done":
                 continue
             if result.get("ok"):
-                text = json.dumps(result["record"], allow_nan=False) + "\n"
-                atomic_write_text(folder / f"{j.name}.json", text)
+                atomic_write_text(folder / f"{j.name}.json", json.dumps(result["record"], allow_nan=False) + "\n")
                 records[j.name] = result["record"]
             else:
                 failed.append((j.name, result.get("error", "unknown error")))
@@ -392,52 +451,44 @@ def forgetting_quality(*, dataset: str, model: str = "small_cnn", forget_classes
         raise JobsFailedError(f"{len(failed)} of {len(pending)} job(s) failed, e.g. {failed[0][0]}: "
                               f"{failed[0][1]}; the {len(records)} finished ones are stored in {folder}: run "
                               f"again to retry")
+    return records, len(pending)
 
-    # --- scores
-    def recs(role: str, method: str) -> list[dict]:
-        return [records[j.name] for j in todo if j.role == role and j.method == method]
 
-    refs = recs("reference", "retrain")
-    rows: dict[str, dict] = {}
-    if controls:
-        rows["retrain"] = _row(recs("control", "retrain"), refs, True,
-                               f"{runs} more retrained models (seeds {seed + runs + 1}..{seed + 2 * runs})")
-    for name in names:
-        n = per_method[name]
-        note = f"{n} of {runs} runs: compared with the first {n} retrained models" if n < runs else ""
-        rows[name] = _row(recs("method", name), refs[:n], False, note)
-    if controls:
-        orig = records[todo[-1].name]
-        rows["original"] = _row([orig] * runs, refs, True, f"the original model itself, {runs} times")
+def _results(plan: _Plan, records: dict, todo: list[Job], original, *, given: dict, out: Path, device,
+             jobs_info: dict, wall_s: float) -> dict:
+    """forgetting_quality.json's content (NaN as null)."""
+    from .runner import git_commit
+    from .training import versions
 
-    results = _finite({
+    task, cfg, split = plan.task, plan.task.cfg, plan.task.split
+    refs = [records[j.name] for j in todo if j.role == "reference" and j.method == "retrain"]
+    return validate.finite_or_none({
         "schema": SCHEMA,
-        "config": {"dataset": dataset, "model": cfg.model, "forget_classes": cfg.forget_classes,
-                   "forget_random": cfg.forget_random, "methods": names, "runs": runs, "runs_for": per_method,
-                   "seed": seed, "data_seed": data_seed, "epochs": epochs, "preset": preset, "out": str(out),
-                   "cache_dir": cfg.cache_dir, "data_dir": cfg.data_dir, "device": device, "jobs": jobs,
-                   "executor": executor, "address": address, "controls": controls},
+        "config": {"dataset": given["dataset"], "model": cfg.model, "forget_classes": cfg.forget_classes,
+                   "forget_random": cfg.forget_random, "methods": plan.names, "runs": plan.runs,
+                   "runs_for": plan.per_method, "seed": plan.seed, "data_seed": cfg.data_seed,
+                   "epochs": given["epochs"], "preset": given["preset"], "out": str(out),
+                   "cache_dir": cfg.cache_dir, "data_dir": cfg.data_dir, "device": given["device"],
+                   "jobs": given["jobs"], "executor": given["executor"], "address": given["address"],
+                   "controls": plan.controls},
         "provenance": {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                        "reference": REFERENCE,
-                       "versions": versions(), "git_commit": git_commit(), "device": str(dev),
+                       "versions": versions(), "git_commit": git_commit(), "device": str(device),
                        "recipe": task.recipe.to_dict(), "preset": task.preset,
-                       "method_params": {n: _plain(m.params()) for n, m in methods_obj.items()},
-                       "original_sha256": original.meta["sha256"], "original_seed": seed,
-                       "jobs": {"total": len(todo), "run": len(pending), "reused": reused},
-                       "wall_s": time.perf_counter() - t_start},
+                       "method_params": {n: _plain(m.params()) for n, m in plan.methods_obj.items()},
+                       "original_sha256": original.meta["sha256"], "original_seed": plan.seed,
+                       "jobs": jobs_info, "wall_s": wall_s},
         "task": {"dataset": task.bundle.name, "model": cfg.model, "forget": split.spec.to_dict(),
                  "split_hash": split.split_hash, "n_train_forget": len(split.train_forget),
                  "forget_indices": [int(i) for i in split.forget_indices],
                  "test_set": "test samples of the retained classes" if split.spec.kind == "classes"
                  else "the whole test set",
                  "confidence": "logit-scaled: log p_y - log(1 - p_y), float64"},
-        "retrained": {"runs": runs, "seeds": [x["seed"] for x in refs],
+        "retrained": {"runs": plan.runs, "seeds": [x["seed"] for x in refs],
                       "cached": sum(bool(x.get("cached")) for x in refs),
                       **{k: _stats([x[k] for x in refs]) for k in ("retain_acc", "test_acc", "forget_acc")}},
-        "methods": rows,
+        "methods": plan.rows(records, todo),
     })
-    write_outputs(results, out)
-    return results
 
 
 # ---------------------------------------------------------------------------------------------

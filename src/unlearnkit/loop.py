@@ -87,7 +87,7 @@ class FitState:
     elapsed_s: float = 0.0
 
 
-def fit(model: nn.Module, data: ArrayData, recipe: Recipe, augment: Augment | None = None, seed: int = 0,
+def fit(model: nn.Module, data: ArrayData, recipe: Recipe, augment: Augment | None = None, *, seed: int = 0,
         device: torch.device | str = "cpu", description: str = "train", progress: bool = True,
         resume: dict | None = None, on_epoch=None, runtime: Runtime | None = None) -> FitState:
     """Train ``model`` in place with cross-entropy; returns the history (loss, accuracy per epoch).
@@ -102,12 +102,7 @@ def fit(model: nn.Module, data: ArrayData, recipe: Recipe, augment: Augment | No
     model.to(device)
     opt = distributed.synced(make_optimizer(model.parameters(), recipe))
     gen = torch.Generator().manual_seed(seed)
-    state = FitState()
-    if resume is not None:
-        model.load_state_dict(resume["model"])
-        opt.load_state_dict(resume["optimizer"])
-        gen.set_state(resume["generator"])
-        state = FitState(int(resume["epoch"]), list(resume["history"]), float(resume["elapsed_s"]))
+    state = _resumed(model, opt, gen, resume)
     aug = augment if recipe.augment else None
     (data,) = rt.place([data], device)
     steps = -(-len(data) // recipe.batch_size)
@@ -118,30 +113,11 @@ def fit(model: nn.Module, data: ArrayData, recipe: Recipe, augment: Augment | No
             t0 = time.perf_counter()
             for g in opt.param_groups:
                 g["lr"] = lr_at(recipe, epoch)
-            model.train()
-            loss_sum = torch.zeros((), device=device)
-            correct = torch.zeros((), device=device, dtype=torch.long)
-            seen = 0
-            for xb, yb in distributed.sharded_batches(data, recipe.batch_size, generator=gen, augment=aug,
-                                                      device=device):
-                with rt.autocast(device):
-                    logits = forward(rt.input(xb))
-                    loss = F.cross_entropy(logits, yb)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                if len(yb):  # a rank's share of a short last batch can be empty (its loss is nan)
-                    loss_sum += loss.detach() * len(yb)
-                    correct += (logits.detach().argmax(1) == yb).sum()
-                seen += len(yb)
-                pbar.update(1)
-            if rank.size > 1:
-                loss_sum, correct, seen = _reduced(loss_sum, correct, seen)
-            loss_epoch = float(loss_sum) / seen
+            batches = distributed.sharded_batches(data, recipe.batch_size, generator=gen, augment=aug, device=device)
+            loss_epoch, acc = _epoch(model, forward, opt, batches, rt, device, pbar=pbar)
             if not torch.isfinite(torch.tensor(loss_epoch)):
                 raise NonFiniteLossError(f"{description}: loss became {loss_epoch} in epoch {epoch + 1}; "
                                          f"lower the learning rate ({recipe.lr:g})")
-            acc = 100.0 * float(correct) / seen
             state.history.append({"epoch": epoch + 1, "loss": loss_epoch, "acc": acc, "lr": lr_at(recipe, epoch)})
             state.elapsed_s += time.perf_counter() - t0
             state.epoch = epoch + 1
@@ -153,8 +129,41 @@ def fit(model: nn.Module, data: ArrayData, recipe: Recipe, augment: Augment | No
     return state
 
 
+def _resumed(model: nn.Module, opt, gen: torch.Generator, resume: dict | None) -> FitState:
+    """A fresh state, or the one ``resume`` holds (model, optimizer and generator restored in place)."""
+    if resume is None:
+        return FitState()
+    model.load_state_dict(resume["model"])
+    opt.load_state_dict(resume["optimizer"])
+    gen.set_state(resume["generator"])
+    return FitState(int(resume["epoch"]), list(resume["history"]), float(resume["elapsed_s"]))
+
+
+def _epoch(model: nn.Module, forward, opt, batches, rt: Runtime, device: torch.device, *, pbar) -> tuple[float, float]:
+    """One pass of cross-entropy steps; the epoch's mean loss and accuracy (%), summed over the ranks."""
+    model.train()
+    loss_sum = torch.zeros((), device=device)
+    correct = torch.zeros((), device=device, dtype=torch.long)
+    seen = 0
+    for xb, yb in batches:
+        with rt.autocast(device):
+            logits = forward(rt.input(xb))
+            loss = F.cross_entropy(logits, yb)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if len(yb):  # a rank's share of a short last batch can be empty (its loss is nan)
+            loss_sum += loss.detach() * len(yb)
+            correct += (logits.detach().argmax(1) == yb).sum()
+        seen += len(yb)
+        pbar.update(1)
+    if distributed.world().size > 1:
+        loss_sum, correct, seen = _reduced(loss_sum, correct, seen)
+    return float(loss_sum) / seen, 100.0 * float(correct) / seen
+
+
 def _reduced(loss_sum: torch.Tensor, correct: torch.Tensor, seen: int) -> tuple[float, int, int]:
     """Epoch loss sum, correct count and samples summed over the ranks (one all-reduce)."""
-    t = distributed.sum_over_ranks(torch.stack([loss_sum.double(), correct.double(),
-                                                torch.tensor(float(seen), dtype=torch.float64, device=loss_sum.device)]))
+    seen_t = torch.tensor(float(seen), dtype=torch.float64, device=loss_sum.device)
+    t = distributed.sum_over_ranks(torch.stack([loss_sum.double(), correct.double(), seen_t]))
     return float(t[0]), int(round(float(t[1]))), int(round(float(t[2])))

@@ -4,10 +4,10 @@
 """
 from __future__ import annotations
 
-import difflib
 from typing import Callable, Generic, Iterator, TypeVar
 
 from .errors import UnknownNameError
+from .validate import suggestion
 
 T = TypeVar("T")
 
@@ -40,9 +40,7 @@ class Registry(Generic[T]):
             return k
         if k in self._aliases:
             return self._aliases[k]
-        choices = list(self._items) + list(self._aliases)
-        close = difflib.get_close_matches(k, choices, n=1, cutoff=0.5)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        hint = suggestion(k, [*self._items, *self._aliases], cutoff=0.5)
         raise UnknownNameError(
             f"unknown {self.kind} {name!r}{hint} (available: {', '.join(sorted(self._items))})"
         )

@@ -7,6 +7,11 @@ interrupted run resumes where it stopped.
 
 Under ``torchrun`` every rank trains the references and the methods together (data-parallel, each
 method must support it: checked before any work); rank 0 alone evaluates, audits and writes.
+
+:func:`run_experiment` is five named steps: :func:`prepare` (configuration -> data, split, recipe),
+:func:`train_references` (original, retrain, the audit's further retrains), :class:`Evaluation`
+(evaluate and audit one model), :func:`run_method` (unlearn with one method), :func:`assemble` (the
+:class:`unlearnkit.results.RunResults`, whose ``to_dict()`` is results.json).
 """
 from __future__ import annotations
 
@@ -14,32 +19,42 @@ import hashlib
 import json
 import math
 import subprocess
-from dataclasses import replace
+import sys
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+import torch
+from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
 
 from . import distributed, validate
+from .audit import AuditConfig, write_audit
+from .audit import audit as audit_model
+from .audit.memo import AuditCache
+from .audit.tolerance import calibrated_for
 from .checkpoints import atomic_write_text, load_checkpoint, save_checkpoint
-from .config import RunConfig
+from .config import RunConfig, _construct
 from .data.concepts import make_concept_split
-from .data.datasets import load_dataset
-from .data.splits import ForgetSpec, make_split
+from .data.datasets import DatasetBundle, load_dataset
+from .data.splits import ForgetSpec, UnlearningSplit, make_split
 from .data.vfl import is_flat
 from .errors import CheckpointError, UserError
 from .evaluation import model_outputs, output_metrics
+from .loop import Recipe
 from .markdown import markdown_table
 from .methods import METHODS, preset_for
+from .methods.names import method_names
 from .metrics.summary import gap, h_mean
 from .mirage_table import mirage_table_markdown
 from .models.vfl import default_bottom, transmitted_layers
 from .models.zoo import audit_layers
 from .progress import console
-from .runtime import Runtime
-from .training import check_model, default_recipe, reference_model, resolve_device, versions, with_overrides
-
-SCHEMA = "unlearnkit.results/1"
+from .results import RunResults, describe_forget, model_label
+from .runtime import Runtime, resolve_device
+from .training import Reference, check_cache_dir, check_model, default_recipe, reference_model, versions, with_overrides
 
 
 def forget_spec(cfg: RunConfig) -> ForgetSpec:
@@ -56,36 +71,10 @@ def build_split(cfg: RunConfig, bundle):
 
 
 def task_params(name: str, split, given: dict) -> dict:
-    """Task knowledge TARF's identification rule assumes (seed 002, §3.15), unless the user set it.
-
-    No false-remaining data exists in class/sample forgetting, all-matched and model-mismatch tasks,
-    so nothing is identified (``beta_rule="none"``); in target mismatch the number of D_un classes
-    belonging to the target is assumed known (per-class rule, scored by I_con, which picked the
-    right class where the accuracy score did not); data mismatch uses the top-10 % quantile rule.
-    """
-    if name != "tarf" or "beta_rule" in given:
-        return given
-    task = split.spec.task if split.spec.kind == "concept" else None
-    if task == "target_mismatch":
-        return {**given, "beta_rule": "per_class", "n_target_classes": len(split.spec.concept) - 1,
-                "class_score": given.get("class_score", "icon")}
-    if task == "data_mismatch":
-        return {**given, "beta_rule": "quantile"}
-    return {**given, "beta_rule": "none"}
-
-
-def method_names(names: list[str], setting: str = "standard") -> list[str]:
-    """Canonical method names; ``all`` leaves out VFL-only methods (target) outside ``--setting vfl``."""
-    if [n.lower() for n in names] == ["all"]:
-        return [n for n in METHODS.names() if setting == "vfl" or not METHODS.get(n).requires_vfl]
-    out = []
-    for n in names:
-        c = METHODS.canonical(n)
-        if METHODS.get(c).requires_vfl and setting != "vfl":
-            raise UserError(f"{c} unlearns vertical federated models only: add --setting vfl")
-        if c not in out:
-            out.append(c)
-    return out
+    """The hyperparameters method ``name`` runs with on ``split``'s task: the user's ``given`` ones plus
+    what the method itself derives from the task (:meth:`UnlearningMethod.task_defaults`; e.g. TARF's
+    identification rule), never overriding a given key."""
+    return METHODS.get(name).task_defaults(split, given)
 
 
 def git_commit() -> str | None:
@@ -97,10 +86,6 @@ def git_commit() -> str | None:
         return None
 
 
-def _finite(x):
-    return None if isinstance(x, float) and not math.isfinite(x) else x
-
-
 def summary_metrics(m: dict, ref: dict, runtime_s: float, retrain_time_s: float) -> dict:
     """Add Gap (TARF, §2.8: UA = forget accuracy, RA, TA, MIA-efficacy vs retrain), H-Mean, speedup."""
     out = dict(m)
@@ -110,15 +95,12 @@ def summary_metrics(m: dict, ref: dict, runtime_s: float, retrain_time_s: float)
     out["h_mean"] = h_mean(tfa, m["test_retain_acc"])
     out["runtime_s"] = runtime_s
     out["speedup"] = retrain_time_s / runtime_s if runtime_s > 0 else None
-    return {k: _finite(v) for k, v in out.items()}
+    return validate.finite_or_none(out)
 
 
 def audit_settings(cfg: RunConfig):
     """The AuditConfig of a run: its defaults with ``cfg.audit_config``'s overrides (bad keys: UserError);
     ``cfg.idi`` (``--idi``) turns IDI on."""
-    from .audit import AuditConfig
-    from .config import _construct
-
     return _construct("audit_config", AuditConfig, {"idi": True, **cfg.audit_config} if cfg.idi
                       else dict(cfg.audit_config))
 
@@ -127,8 +109,6 @@ def audit_references(cfg: RunConfig, model) -> int:
     """How many retrained references the audit uses: ``cfg.references``, or 1 on an architecture
     whose constant tolerance was calibrated (:data:`unlearnkit.audit.tolerance.CALIBRATED`) and 5
     elsewhere (tolerances derived from their spread; see docs/audit.md)."""
-    from .audit.tolerance import calibrated_for
-
     if cfg.references is not None:
         return cfg.references
     return 1 if calibrated_for(model) else 5
@@ -150,16 +130,50 @@ def resolve_model(cfg: RunConfig, bundle) -> tuple[RunConfig, str, dict]:
     return cfg, cfg.model, dict(cfg.model_kwargs)
 
 
-def run_experiment(cfg: RunConfig, progress: bool = True, audit_original: bool = True) -> dict:
-    """Run one configuration end to end; returns the results dict also written to ``cfg.out``.
+@dataclass(kw_only=True)
+class Experiment:
+    """One configuration made ready to run (:func:`prepare`): its methods, task, split and recipe."""
 
-    ``audit_original=False`` skips the audit of the original model (``unlearnkit bench`` audits it
-    once per group of cells that share it, in the group's reference cell).
-    """
+    cfg: RunConfig              # with ``model`` filled in (:func:`resolve_model`)
+    names: list[str]            # canonical method names (:func:`method_names`)
+    audit_config: AuditConfig | None    # :func:`audit_settings`; None without an audit
+    runtime: Runtime
+    device: torch.device
+    bundle: DatasetBundle
+    split: UnlearningSplit      # :func:`build_split`
+    model_name: str             # what is built: ``cfg.model``, or ``vfl`` (:func:`resolve_model`)
+    model_kwargs: dict
+    recipe: Recipe              # the references' training recipe
+    preset: str                 # the methods' hyperparameter preset
+    progress: bool = True
+
+    @property
+    def out(self) -> Path:
+        return Path(self.cfg.out)
+
+    def say(self, text: str) -> None:
+        """Print on rank 0 only (every rank trains; one speaks)."""
+        if distributed.world().is_main:
+            console.print(text)
+
+
+@dataclass
+class References:
+    """The original, the retrained reference, and the further retrains (other seeds) the audit uses."""
+
+    original: Reference
+    retrain: Reference
+    extra: list[Reference]
+
+
+def check_config(cfg: RunConfig) -> tuple[list[str], AuditConfig | None]:
+    """``(method names, AuditConfig or None)``; everything a run can fail on fails here, before any work:
+    method names, audit settings, output and cache folders, the indices file, every method's
+    hyperparameters (types, domains) and, under torchrun, whether each method can run there."""
     names = method_names(cfg.methods, cfg.setting)  # unknown names fail before any work
     audit_config = audit_settings(cfg) if cfg.audit else None
     validate.output_dir("out", cfg.out)  # a run that cannot save its results fails before it trains
-    validate.cache_dir("cache_dir", cfg.cache_dir)
+    check_cache_dir("cache_dir", cfg.cache_dir)
     if cfg.forget_indices:
         validate.input_file("forget_indices", cfg.forget_indices)
     preset = preset_for(cfg.dataset, cfg.model or "") if cfg.preset == "auto" else cfg.preset
@@ -167,8 +181,14 @@ def run_experiment(cfg: RunConfig, progress: bool = True, audit_original: bool =
         METHODS.get(name).from_preset(preset, cfg.dataset, **cfg.method_params.get(name, {}))
     for name in names:
         METHODS.get(name).check_distributed()  # under torchrun: before any work
+    return names, audit_config
+
+
+def prepare(cfg: RunConfig, progress: bool = True) -> Experiment:
+    """Step 1: the configuration checked (:func:`check_config`), then the data, the split, the model
+    to build and the references' training recipe."""
+    names, audit_config = check_config(cfg)
     rt = Runtime.from_dict(cfg.runtime)
-    main = distributed.world().is_main
     device = resolve_device(cfg.device)
     bundle = load_dataset(cfg.dataset, cfg.data_dir, cfg.download, cfg.data_seed)
     split = build_split(cfg, bundle)
@@ -177,103 +197,146 @@ def run_experiment(cfg: RunConfig, progress: bool = True, audit_original: bool =
     recipe = with_overrides(default_recipe(bundle.name, model_name), **cfg.recipe) if cfg.recipe else \
         default_recipe(bundle.name, model_name)
     preset = preset_for(bundle.name, cfg.model) if cfg.preset == "auto" else cfg.preset
-    out = Path(cfg.out)
-    say = console.print if main else (lambda *a, **k: None)
+    exp = Experiment(cfg=cfg, names=names, audit_config=audit_config, runtime=rt, device=device,
+                     bundle=bundle, split=split, model_name=model_name, model_kwargs=model_kwargs,
+                     recipe=recipe, preset=preset, progress=progress)
     shown = model_label({"setting": cfg.setting, "parties": cfg.parties, "model": cfg.model})
-    say(f"[bold]{escape(bundle.name)}[/] {len(bundle.train)} train / {len(bundle.test)} test, forget "
-        f"{escape(split.spec.describe())}: {len(split.train_forget)} train samples; model {escape(shown)}; "
-        f"device {device}")
+    exp.say(f"[bold]{escape(bundle.name)}[/] {len(bundle.train)} train / {len(bundle.test)} test, forget "
+            f"{escape(split.spec.describe())}: {len(split.train_forget)} train samples; "
+            f"model {escape(shown)}; device {device}")
+    return exp
 
-    common = dict(split=split, model_name=model_name, recipe=recipe, seed=cfg.seed, model_kwargs=model_kwargs,
-                  cache_dir=cfg.cache_dir, device=device, progress=progress, runtime=rt)
+
+def train_references(exp: Experiment) -> References:
+    """Step 2: the original and the retrained reference (cached), and with an audit the further retrains
+    of seeds ``seed+1 ..`` it derives its tolerances from (:func:`audit_references`)."""
+    cfg = exp.cfg
+    common = dict(split=exp.split, model_name=exp.model_name, recipe=exp.recipe, seed=cfg.seed,
+                  model_kwargs=exp.model_kwargs, cache_dir=cfg.cache_dir, device=exp.device,
+                  progress=exp.progress, runtime=exp.runtime)
     original = reference_model("original", **common)
     retrain = reference_model("retrain", **common)
     for ref in (original, retrain):
-        say(f"{ref.meta['kind']}: {'cached' if ref.cached else 'trained'} {escape(str(ref.path))}")
-    extra_refs = []
+        exp.say(f"{ref.meta['kind']}: {'cached' if ref.cached else 'trained'} {escape(str(ref.path))}")
+    extra = []
     if cfg.audit:
         k = audit_references(cfg, original.model)
-        extra_refs = [reference_model("retrain", **{**common, "seed": cfg.seed + i}) for i in range(1, k)]
+        extra = [reference_model("retrain", **{**common, "seed": cfg.seed + i}) for i in range(1, k)]
         if k > 1:
-            say(f"audit: {k} retrained references (seeds {cfg.seed}..{cfg.seed + k - 1}), tolerances derived from "
-                f"their spread")
+            exp.say(f"audit: {k} retrained references (seeds {cfg.seed}..{cfg.seed + k - 1}), tolerances "
+                    f"derived from their spread")
+    return References(original, retrain, extra)
 
-    models: dict[str, dict] = {}
-    layers: list[str] = audit_layers(original.model) if cfg.audit else []
 
-    def record(name: str, model, runtime_s: float, extra: dict) -> dict:
-        outputs = model_outputs(model, split, layers, device)
-        metrics = output_metrics(outputs, split, cfg.test_convention)
-        models[name] = {"metrics": metrics, "runtime_s": runtime_s, **extra}
+class Evaluation:
+    """Step 3: evaluate and audit models against one run's references, collecting results.json's
+    ``models`` rows. Each model is passed over the data once (:func:`unlearnkit.evaluation.model_outputs`,
+    every audit layer and the logits); its metrics and its audit both read those outputs. The original
+    and the retrains are evaluated on construction; their audit numbers are computed once for all
+    methods (:class:`unlearnkit.audit.memo.AuditCache`)."""
+
+    def __init__(self, exp: Experiment, refs: References) -> None:
+        self.exp, self.refs = exp, refs
+        self.layers: list[str] = audit_layers(refs.original.model) if exp.cfg.audit else []
+        self.models: dict[str, dict] = {}
+        self.original_outputs = self._reference("original", refs.original)
+        self.retrain_outputs = [self._reference("retrain", refs.retrain),
+                                *(model_outputs(r.model, exp.split, self.layers, exp.device)
+                                  for r in refs.extra)]
+        self.cache = AuditCache()
+
+    def _reference(self, name: str, ref: Reference) -> dict:
+        return self.record(name, ref.model, ref.meta["train_time_s"],
+                           {"checkpoint": str(ref.path), "sha256": ref.meta["sha256"]})
+
+    def record(self, name: str, model, runtime_s: float, extra: dict) -> dict:
+        """Evaluate ``model`` into the row ``name`` (``{"metrics", "runtime_s", **extra}``); returns its
+        outputs."""
+        outputs = model_outputs(model, self.exp.split, self.layers, self.exp.device)
+        metrics = output_metrics(outputs, self.exp.split, self.exp.cfg.test_convention)
+        self.models[name] = {"metrics": metrics, "runtime_s": runtime_s, **extra}
         return outputs
 
-    if not main:  # the other ranks only take part in the methods' data-parallel training
-        for name in names:
-            if name != "retrain":
-                _run_method(_method(name, preset, bundle, split, cfg), original, split, cfg, device, out, progress, rt)
-        return {}
-    out_o = record("original", original.model, original.meta["train_time_s"],
-                   {"checkpoint": str(original.path), "sha256": original.meta["sha256"]})
-    out_r = record("retrain", retrain.model, retrain.meta["train_time_s"],
-                   {"checkpoint": str(retrain.path), "sha256": retrain.meta["sha256"]})
-    refs = [retrain.model, *(r.model for r in extra_refs)]
-    outs_r = [out_r, *(model_outputs(r.model, split, layers, device) for r in extra_refs)]
-
-    from .audit.memo import AuditCache
-
-    audit_cache = AuditCache()  # the original's and retrain's audit numbers, computed once for all methods
-
-    def run_audit(name: str, model, outputs) -> None:
-        """The representation audit of one model against original and retrain (one forward pass reused)."""
-        if not cfg.audit:
+    def audit(self, name: str, model, outputs: dict) -> None:
+        """The representation audit of one model against the original and the retrains (without an audit:
+        nothing), written to ``out/audits/<name>`` and kept in its row."""
+        exp = self.exp
+        if not exp.cfg.audit:
             return
-        from .audit import audit, write_audit
-
-        rep = audit(original.model, model, refs, split, layers, config=audit_config, device=device,
-                    outputs={"original": out_o, "unlearned": outputs, "retrained": outs_r}, cache=audit_cache)
-        write_audit(rep, out / "audits" / name)
-        models[name]["audit"] = rep.to_dict()
+        refs = [self.refs.retrain.model, *(r.model for r in self.refs.extra)]
+        rep = audit_model(self.refs.original.model, model, refs, exp.split, self.layers,
+                          config=exp.audit_config, device=exp.device, cache=self.cache,
+                          outputs={"original": self.original_outputs, "unlearned": outputs,
+                                   "retrained": self.retrain_outputs})
+        write_audit(rep, exp.out / "audits" / name)
+        self.models[name]["audit"] = rep.to_dict()
         console.print(f"  audit {name}: [bold]{rep.verdict}[/] ({rep.timing['total_s']:.1f}s)")
         if rep.transmitted:
             console.print(f"  transmitted embeddings: {rep.transmitted['summary']}")
 
-    if audit_original:
-        run_audit("original", original.model, out_o)
 
-    for name in names:
-        if name == "retrain":
-            continue  # the cached reference is the retrain row
-        cls = METHODS.get(name)
-        method = _method(name, preset, bundle, split, cfg)
-        model, runtime_s, stop_reason, history, path = _run_method(method, original, split, cfg, device, out,
-                                                                   progress, rt)
-        outputs = record(name, model, runtime_s, {"hyperparameters": method.params(), "preset": preset,
-                                                  "needs": sorted(method.needs), "stop_reason": stop_reason,
-                                                  "history": history, "checkpoint": str(path), "paper": cls.paper})
-        console.print(f"{name}: {runtime_s:.1f}s ({stop_reason})")
-        run_audit(name, model, outputs)
-        del outputs
+def run_method(exp: Experiment, refs: References, name: str, evaluation: Evaluation | None = None) -> None:
+    """Step 4: run method ``name`` on the original (or reuse its checkpoint, :func:`_run_method`); on rank 0
+    evaluate and audit the unlearned model into ``evaluation`` (the other ranks only train, with none)."""
+    method = _method(name, exp.preset, exp.bundle, exp.split, exp.cfg)
+    done = _run_method(method, refs.original, exp.split, exp.cfg, device=exp.device, out=exp.out,
+                       progress=exp.progress, runtime=exp.runtime)
+    if evaluation is None:
+        return
+    model, runtime_s, stop_reason, history, path = done
+    outputs = evaluation.record(name, model, runtime_s, {
+        "hyperparameters": method.params(), "preset": exp.preset, "needs": sorted(method.needs),
+        "stop_reason": stop_reason, "history": history, "checkpoint": str(path),
+        "paper": METHODS.get(name).paper})
+    console.print(f"{name}: {runtime_s:.1f}s ({stop_reason})")
+    evaluation.audit(name, model, outputs)
 
+
+def assemble(exp: Experiment, refs: References, models: dict[str, dict]) -> RunResults:
+    """Step 5: the results: every row's summary metrics against retrain (:func:`summary_metrics`), the
+    provenance and the task (schema :mod:`unlearnkit.results`)."""
     ref_metrics = models["retrain"]["metrics"]
     retrain_time = models["retrain"]["runtime_s"]
-    for name, entry in models.items():
-        entry["metrics"] = summary_metrics(entry["metrics"], ref_metrics, entry.pop("runtime_s"), retrain_time)
+    for entry in models.values():
+        entry["metrics"] = summary_metrics(entry["metrics"], ref_metrics, entry.pop("runtime_s"),
+                                           retrain_time)
         entry.setdefault("audit", None)
+    cfg, original, retrain = exp.cfg, refs.original, refs.retrain
+    provenance = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                  "versions": versions(), "git_commit": git_commit(), "device": str(exp.device),
+                  "processes": distributed.world().size,
+                  "runtime": exp.runtime.to_dict(), "recipe": exp.recipe.to_dict(), "preset": exp.preset,
+                  "original_sha256": original.meta["sha256"], "retrain_sha256": retrain.meta["sha256"]}
+    task = {"dataset": exp.bundle.name, "model": cfg.model, "num_classes": exp.bundle.num_classes,
+            "setting": cfg.setting, **vfl_task(original.model, cfg), "forget": exp.split.spec.to_dict(),
+            "test_convention": cfg.test_convention, **exp.split.summary()}
+    return RunResults(config=cfg.to_dict(), provenance=provenance, task=task, models=models)
 
-    results = {
-        "schema": SCHEMA,
-        "config": cfg.to_dict(),
-        "provenance": {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                       "versions": versions(), "git_commit": git_commit(), "device": str(device),
-                       "processes": distributed.world().size, "runtime": rt.to_dict(),
-                       "recipe": recipe.to_dict(), "preset": preset,
-                       "original_sha256": original.meta["sha256"], "retrain_sha256": retrain.meta["sha256"]},
-        "task": {"dataset": bundle.name, "model": cfg.model, "num_classes": bundle.num_classes,
-                 "setting": cfg.setting, **vfl_task(original.model, cfg),
-                 "forget": split.spec.to_dict(), "test_convention": cfg.test_convention, **split.summary()},
-        "models": models,
-    }
-    write_results(results, out)
+
+def run_experiment(cfg: RunConfig, progress: bool = True, audit_original: bool = True) -> RunResults | None:
+    """Run one configuration end to end: :func:`prepare`, :func:`train_references`, :class:`Evaluation`
+    of the references, :func:`run_method` for each method, :func:`assemble`. Returns the results (on
+    rank 0; ``None`` on the other ranks of a torchrun), also written to ``cfg.out`` (results.json is
+    ``.to_dict()``, results.md).
+
+    ``audit_original=False`` skips the audit of the original model (``unlearnkit bench`` audits it
+    once per group of cells that share it, in the group's reference cell).
+    """
+    exp = prepare(cfg, progress)
+    refs = train_references(exp)
+    # the cached reference is the retrain row
+    methods = [name for name in exp.names if not METHODS.get(name).is_reference]
+    if not distributed.world().is_main:  # the other ranks only train, data-parallel, with rank 0
+        for name in methods:
+            run_method(exp, refs, name)
+        return None
+    evaluation = Evaluation(exp, refs)
+    if audit_original:
+        evaluation.audit("original", refs.original.model, evaluation.original_outputs)
+    for name in methods:
+        run_method(exp, refs, name, evaluation)
+    results = assemble(exp, refs, evaluation.models)
+    write_results(results.to_dict(), exp.out)
     return results
 
 
@@ -289,8 +352,8 @@ def vfl_task(model, cfg: RunConfig) -> dict:
     return {"parties": cfg.parties, "bottom": cfg.model, "transmitted": transmitted_layers(model)}
 
 
-def _run_method(method, original, split, cfg: RunConfig, device, out: Path, progress: bool,
-                runtime: Runtime | None = None):
+def _run_method(method, original: Reference, split: UnlearningSplit, cfg: RunConfig, *,
+                device: torch.device, out: Path, progress: bool, runtime: Runtime | None = None):
     """Run a method, or reuse its checkpoint from an earlier (interrupted) run of the same cell
     (rank 0 decides and tells the others; only rank 0 writes)."""
     rt = runtime or Runtime()
@@ -346,17 +409,6 @@ def table_rows(results: dict) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-def describe_forget(f: dict) -> str:
-    if f["kind"] == "concept":
-        return f"{f['task']}: class {f['classes'][0]} of concept {f['concept']}"
-    return f"{f['kind']} {f['classes'] or f['random'] or f['indices_file']}"
-
-
-def model_label(t: dict) -> str:
-    """The model as a title shows it: ``vfl (K parties, bottom B)`` in the VFL setting."""
-    return f"vfl ({t['parties']} parties, bottom {t['model']})" if t.get("setting") == "vfl" else t["model"]
-
-
 def results_markdown(results: dict) -> str:
     t = results["task"]
     header, rows = table_rows(results)
@@ -374,19 +426,13 @@ def write_results(results: dict, out: Path) -> None:
     atomic_write_text(out / "results.md", results_markdown(results) + mirage_table_markdown(results))
 
 
-def print_table(results: dict) -> None:
-    from rich.table import Table
-    from rich.text import Text
-
-    header, rows = table_rows(results)
-    table = Table(title=escape(f"{results['task']['dataset']} / {model_label(results['task'])}: forget "
-                               f"{describe_forget(results['task']['forget'])}"))
+def print_table(results: RunResults) -> None:
+    """The results table (as in results.md) on the terminal."""
+    header, rows = table_rows(results.to_dict())
+    table = Table(title=escape(f"{results.task['dataset']} / {model_label(results.task)}: forget "
+                               f"{describe_forget(results.task['forget'])}"))
     for i, h in enumerate(header):
         table.add_column(h, justify="left" if i == 0 or h == "verdict" else "right")
     for r in rows:
         table.add_row(*(Text(c) for c in r))
-    import sys
-
-    from rich.console import Console
-
     Console(width=None if sys.stdout.isatty() else 160).print(table)

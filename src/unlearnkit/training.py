@@ -24,7 +24,8 @@ import torch
 from rich.markup import escape
 from torch import nn
 
-from . import __version__, distributed
+from . import distributed, validate
+from ._version import __version__
 from .checkpoints import atomic_write_bytes, load_checkpoint, save_checkpoint
 from .errors import CheckpointError, UserError
 from .loop import Recipe, fit
@@ -65,22 +66,6 @@ def default_recipe(dataset: str, model: str) -> Recipe:
     return Recipe(lr=0.05, epochs=30, batch_size=128)
 
 
-def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
-    """``auto`` = a GPU when there is one; under ``torchrun`` an unnumbered ``cuda`` is the
-    process's own GPU (``cuda:$LOCAL_RANK``)."""
-    if device in (None, "auto"):
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        dev = torch.device(device)
-    except RuntimeError:
-        raise UserError(f"unknown device {device!r} (use auto, cpu, cuda, cuda:0 ...)") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda asked for, but no CUDA GPU is available here")
-    if dev.type == "cuda" and dev.index is None and distributed.launched_by_torchrun():
-        dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    return dev
-
-
 # ---------------------------------------------------------------------------------------------
 # content-addressed cache of reference models
 
@@ -92,7 +77,13 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "unlearnkit" / "models"
 
 
-def reference_key(kind: str, split, model_name: str, model_kwargs: dict, recipe: Recipe, seed: int,
+def check_cache_dir(name: str, path: str | Path | None) -> Path:
+    """The model cache (``path``, else the default) must be writable: models are stored there.
+    Checked before any training (:func:`unlearnkit.validate.output_dir`)."""
+    return validate.output_dir(name, Path(path).expanduser() if path else default_cache_dir())
+
+
+def reference_key(kind: str, split, model_name: str, model_kwargs: dict, recipe: Recipe, seed: int, *,
                   runtime: Runtime | None = None) -> dict:
     """What a cached original/retrain model depends on (the original ignores the forget set).
 
@@ -115,7 +106,7 @@ class Reference:
     cached: bool
 
 
-def reference_model(kind: str, split, model_name: str, recipe: Recipe, seed: int = 0,
+def reference_model(kind: str, split, model_name: str, recipe: Recipe, *, seed: int = 0,
                     model_kwargs: dict | None = None, cache_dir: str | Path | None = None,
                     device: torch.device | str = "cpu", progress: bool = True,
                     runtime: Runtime | None = None) -> Reference:
@@ -123,7 +114,7 @@ def reference_model(kind: str, split, model_name: str, recipe: Recipe, seed: int
     if kind not in ("original", "retrain"):
         raise ValueError(kind)
     model_kwargs = dict(model_kwargs or {})
-    key = reference_key(kind, split, model_name, model_kwargs, recipe, seed, runtime)
+    key = reference_key(kind, split, model_name, model_kwargs, recipe, seed, runtime=runtime)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
     ds = split.dataset.name.replace("/", "_").replace(":", "_")[:40]
@@ -153,8 +144,9 @@ def reference_model(kind: str, split, model_name: str, recipe: Recipe, seed: int
             if st["epoch"] < recipe.epochs:
                 atomic_write_bytes(partial, lambda f: torch.save(st, f))
 
-        state = fit(model, data, recipe, split.dataset.augment, seed, device, f"{kind} {model_name}", progress,
-                    resume, save_partial, runtime)
+        state = fit(model, data, recipe, split.dataset.augment, seed=seed, device=device,
+                    description=f"{kind} {model_name}", progress=progress, resume=resume, on_epoch=save_partial,
+                    runtime=runtime)
         meta = {"kind": kind, "key": key, "train_time_s": state.elapsed_s, "history": state.history,
                 "n_train": len(data), "versions": versions()}
         if main:

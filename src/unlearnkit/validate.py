@@ -240,13 +240,6 @@ def input_file(name: str, path: str | Path) -> Path:
     return p
 
 
-def cache_dir(name: str, path: str | Path | None) -> Path:
-    """The model cache (``path``, else the default) must be writable: models are stored there."""
-    from .training import default_cache_dir
-
-    return output_dir(name, Path(path) if path else default_cache_dir())
-
-
 def dataclass_fields(obj: Any, where: str = "") -> None:
     """Check every field of a dataclass instance against its annotation (:func:`of_type`), in place.
 
@@ -258,3 +251,26 @@ def dataclass_fields(obj: Any, where: str = "") -> None:
         if f.name in hints:
             value = of_type(f"{where}{f.name}", getattr(obj, f.name), hints[f.name])
             object.__setattr__(obj, f.name, value)
+
+
+# ---------------------------------------------------------------------------------------------
+# shared small helpers (one copy each)
+
+
+def suggestion(word: str, choices: typing.Iterable[str], cutoff: float = 0.6) -> str:
+    """``"; did you mean 'epochs'?"`` for the closest of ``choices``, or ``""``."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), sorted(choices), n=1, cutoff=cutoff)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def finite_or_none(x: Any) -> Any:
+    """NaN and infinities as None (strict JSON has no NaN), recursively through dicts and lists."""
+    if isinstance(x, dict):
+        return {k: finite_or_none(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [finite_or_none(v) for v in x]
+    if isinstance(x, numbers.Real) and not isinstance(x, (bool, numbers.Integral)):
+        return float(x) if math.isfinite(float(x)) else None
+    return x

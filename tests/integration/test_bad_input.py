@@ -40,7 +40,7 @@ def guard(monkeypatch):
         raise WorkStarted
 
     for target in ("unlearnkit.training.reference_model", "unlearnkit.runner.reference_model",
-                   "unlearnkit.audit.audit", "unlearnkit.bench.runner.run_bench",
+                   "unlearnkit.audit.audit", "unlearnkit.runner.audit_model", "unlearnkit.bench.runner.run_bench",
                    "unlearnkit.report.build.make_report", "unlearnkit.forgetting_quality._reference",
                    "unlearnkit.methods.base.UnlearningMethod.unlearn"):
         monkeypatch.setattr(target, stop)
@@ -57,8 +57,8 @@ def files(tmp_path_factory, digits_original, cache_dir):
     ckpt = d / "model.pt"
     save_checkpoint(digits_original, ckpt, {"kind": "original"})
     suite = d / "suite.yaml"
-    suite.write_text(yaml.safe_dump({"suite": "t", "grids": [{"datasets": ["digits"], "tasks": [{"forget_classes": [3]}],
-                                                               "methods": ["finetune"], "seeds": [0]}]}))
+    grid = {"datasets": ["digits"], "tasks": [{"forget_classes": [3]}], "methods": ["finetune"], "seeds": [0]}
+    suite.write_text(yaml.safe_dump({"suite": "t", "grids": [grid]}))
     results = d / "results.json"
     results.write_text(json.dumps(sample_results()))
     plain = d / "plain.txt"

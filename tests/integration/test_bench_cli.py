@@ -14,13 +14,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from bench_helpers import TINY, write_suite
 from typer.testing import CliRunner
 
 import unlearnkit
 from unlearnkit.cli import app
 from unlearnkit.report.stats import fmt, stat
-
-from bench_helpers import TINY, write_suite
 
 runner = CliRunner()
 VOLATILE = {"runtime_s", "speedup"}
@@ -119,13 +118,13 @@ def test_bench_refuses_an_unknown_executor(tiny_bench):
 
 def children(pid: int) -> list[int]:
     out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            fields = stat_file.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
         if int(fields[1]) == pid:
-            out.append(int(stat.parent.name))
+            out.append(int(stat_file.parent.name))
     return out
 
 
@@ -150,7 +149,8 @@ def test_kill_9_mid_grid_loses_nothing_and_resumes(tmp_path, cache_dir):
             if done >= 2:
                 break
             time.sleep(0.05)
-        assert proc.poll() is None, f"the grid finished before it could be killed: {(tmp_path / 'first.log').read_text()}"
+        log = (tmp_path / "first.log").read_text()
+        assert proc.poll() is None, f"the grid finished before it could be killed: {log}"
         workers = [c for c in children(proc.pid) if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -212,7 +212,7 @@ def test_a_failing_cell_is_recorded_and_retried(tmp_path, cache_dir):
     path = write_suite(tmp_path / "fail.yaml", suite)
     args = ["bench", str(path), "--db", str(tmp_path / "f.db"), "--out", str(tmp_path / "cells"), "--cache-dir",
             str(cache_dir), "--no-progress"]
-    for attempt in (1, 2):
+    for _attempt in (1, 2):
         r = runner.invoke(app, args)
         assert r.exit_code == 1 and "2 cell(s) failed" in r.output and "FAILED" in r.output, r.output
         assert "0 finished before" in r.output  # failed cells are not finished: each call retries them

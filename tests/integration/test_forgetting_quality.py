@@ -108,8 +108,8 @@ def test_bad_input_one_line_exit_2_nothing_written(tmp_path, extra, msg):
 
 
 def test_runs_for_parsing():
+    from unlearnkit.cli.forgetting_quality import parse_runs_for
     from unlearnkit.errors import UserError
-    from unlearnkit.fq_command import parse_runs_for
 
     assert parse_runs_for("ec+cola=4, salun = 8") == {"ec+cola": 4, "salun": 8}
     assert parse_runs_for(None) == {}

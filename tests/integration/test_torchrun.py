@@ -52,7 +52,7 @@ def torchrun(args: list[str], cache: Path, float64: bool = False) -> str:
 def assert_same_weights(a: dict, b: dict) -> None:
     assert a.keys() == b.keys()
     for k in a:
-        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=lambda m: f"{k}: {m}")
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=lambda m, k=k: f"{k}: {m}")
 
 
 def max_difference(a: dict, b: dict) -> float:
@@ -69,7 +69,7 @@ def caches(tmp_path_factory, digits):
     one, two = tmp_path_factory.mktemp("one"), tmp_path_factory.mktemp("two")
     split = make_split(digits, ForgetSpec(classes=(3,)))
     recipe = with_overrides(default_recipe("digits", "small_cnn"), **RECIPE)
-    ref = reference_model("original", split, "small_cnn", recipe, 0, cache_dir=one, progress=False)
+    ref = reference_model("original", split, "small_cnn", recipe, seed=0, cache_dir=one, progress=False)
     write = training.atomic_write_bytes
 
     def write_then_stop(path, fn):
@@ -79,7 +79,7 @@ def caches(tmp_path_factory, digits):
     training.atomic_write_bytes = write_then_stop
     try:
         with pytest.raises(KeyboardInterrupt):
-            reference_model("original", split, "small_cnn", recipe, 0, cache_dir=two, progress=False)
+            reference_model("original", split, "small_cnn", recipe, seed=0, cache_dir=two, progress=False)
     finally:
         training.atomic_write_bytes = write
     assert (two / ref.path.name).with_suffix(".partial.pt").exists()
@@ -102,7 +102,8 @@ def test_torchrun_train_resumes_and_matches_one_process(caches, train_log):
     assert_same_weights(model.state_dict(), ref.model.state_dict())
     h2, h1 = meta["history"], ref.meta["history"]
     assert h2[0] == h1[0]  # epoch 1 came from the partial state
-    assert h2[1]["loss"] == pytest.approx(h1[1]["loss"], rel=1e-5) and h2[1]["acc"] == pytest.approx(h1[1]["acc"], abs=0.1)
+    assert h2[1]["loss"] == pytest.approx(h1[1]["loss"], rel=1e-5)
+    assert h2[1]["acc"] == pytest.approx(h1[1]["acc"], abs=0.1)
     assert not list(two.glob("*.partial.pt")) and not list(two.glob(".*.tmp"))
 
 
@@ -125,7 +126,8 @@ def test_torchrun_run_methods_match_one_process_in_float64(digits, tmp_path):
            "recipe": {"epochs": 1}, "model_kwargs": {"width": 8, "hidden": 32}, "audit": False}  # float64 is slow
     one, two = tmp_path / "cache-one", tmp_path / "cache-two"
     with float64():
-        single = run_experiment(RunConfig(**cfg, out=str(tmp_path / "one"), cache_dir=str(one)), progress=False)
+        single = run_experiment(RunConfig(**cfg, out=str(tmp_path / "one"), cache_dir=str(one)),
+                                progress=False).to_dict()
     original = Path(single["models"]["original"]["checkpoint"])
     two.mkdir()
     shutil.copyfile(original, two / original.name)  # the original is cached for the two processes

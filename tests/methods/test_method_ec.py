@@ -26,14 +26,14 @@ def test_depth_weights_linear_from_0_2_to_1():
 def test_aux_modules_on_every_stage_but_the_last(digits_original, digits_split):
     gen = torch.Generator().manual_seed(0)
     sample = next(digits_split.train_retain.batches(2))[0]
-    ec = ECLoss(digits_original, sample, 10, 16, None, gen, "cpu")
+    ec = ECLoss(digits_original, sample, 10, proj_dim=16, weights=None, gen=gen, device="cpu")
     try:
         aux = getattr(digits_original, AUX)
         assert list(aux) == ["block1", "block2", "penultimate"]  # block3 is the last stage: the main path
         assert ec.weights == pytest.approx(depth_weights(3))
         xf, yf = next(digits_split.train_forget.batches(8))
         xr, yr = next(digits_split.train_retain.batches(8))
-        loss = ec(digits_original, xf, yf, xr, yr, 0.7, 3.0, 1.0, True)
+        loss = ec(digits_original, xf, yf, xr, yr, tau=0.7, ct_ratio=3.0, ce_ratio=1.0, single_class=True)
         loss.backward()
         assert torch.isfinite(loss)
         assert all(p.grad is not None for p in aux.parameters())  # every auxiliary head is trained
@@ -42,7 +42,7 @@ def test_aux_modules_on_every_stage_but_the_last(digits_original, digits_split):
         digits_original.zero_grad(set_to_none=True)
     assert not hasattr(digits_original, AUX)
     with pytest.raises(UserError, match="depth weights"):
-        ECLoss(digits_original, sample, 10, 16, [1.0, 1.0], gen, "cpu")
+        ECLoss(digits_original, sample, 10, proj_dim=16, weights=[1.0, 1.0], gen=gen, device="cpu")
     ECLoss.detach(digits_original)
 
 
@@ -102,7 +102,7 @@ def test_ec_on_a_timm_swin():
     stages = [n for n in audit_layers(swin) if n != "penultimate"]
     assert len(stages) == 4
     gen = torch.Generator().manual_seed(0)
-    ec = ECLoss(swin, next(split.train_retain.batches(2))[0], 4, 16, None, gen, "cpu")
+    ECLoss(swin, next(split.train_retain.batches(2))[0], 4, proj_dim=16, weights=None, gen=gen, device="cpu")
     try:
         assert list(getattr(swin, AUX)) == stages[:-1] + ["penultimate"]
     finally:

@@ -40,7 +40,8 @@ def test_recursion_only_corrects_along_first_gradient():
     assert torch.allclose(diff, (diff @ g0) * g0, atol=1e-10)  # k - v is parallel to g_0
     assert diff.norm() > 1e-6
     # and it is *not* the full inverse (N I + sum g g^T)^-1 N v
-    full = 3.0 * torch.linalg.solve(3.0 * torch.eye(d, dtype=torch.float64) + sum(torch.outer(g, g) for g in grads[1:]), v)
+    hessian = 3.0 * torch.eye(d, dtype=torch.float64) + sum(torch.outer(g, g) for g in grads[1:])
+    full = 3.0 * torch.linalg.solve(hessian, v)
     assert not torch.allclose(k, full, atol=1e-3)
 
 
@@ -76,7 +77,8 @@ def test_update_matches_manual_computation():
     params = list(model.parameters())
 
     def flat_grad(x, y):
-        return torch.cat([g.reshape(-1) for g in torch.autograd.grad(F.cross_entropy(model(x), y, reduction="sum"), params)])
+        loss = F.cross_entropy(model(x), y, reduction="sum")
+        return torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, params)])
 
     nf, nr = 4, 9
     v = flat_grad(forget.x, forget.y) / (nf + nr) - flat_grad(retain.x, retain.y) * nf / ((nf + nr) * nr)

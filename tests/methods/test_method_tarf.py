@@ -105,3 +105,21 @@ def test_bad_options_are_user_errors(digits_split, digits_original):
         Tarf(beta_rule="per_class").unlearn(digits_original, digits_split)
     with pytest.raises(UserError, match="t1"):
         Tarf(t1=0).unlearn(digits_original, digits_split)
+
+
+@pytest.mark.parametrize("task, expected", [
+    (None, {"beta_rule": "none"}),
+    ("all_matched", {"beta_rule": "none"}),
+    ("data_mismatch", {"beta_rule": "quantile"}),
+    ("target_mismatch", {"beta_rule": "per_class", "n_target_classes": 1, "class_score": "icon"}),
+])
+def test_task_defaults_pick_the_identification_rule(task, expected, digits, digits_split):
+    """TARF knows which rule each task implies (the runner asks every method, naming none)."""
+    from unlearnkit.data.concepts import make_concept_split
+
+    split = digits_split if task is None else make_concept_split(digits, task, 3)
+    assert Tarf.task_defaults(split, {}) == expected
+    given = {"beta_rule": "quantile"}
+    assert Tarf.task_defaults(split, given) == given  # the user's choice wins
+    assert Tarf.from_preset("small", **Tarf.task_defaults(split, {})).beta_rule == expected["beta_rule"]
+    assert METHODS.get("finetune").task_defaults(split, {"lr": 0.1}) == {"lr": 0.1}  # the base: as given

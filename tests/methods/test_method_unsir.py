@@ -21,9 +21,9 @@ class Tiny(nn.Module):
 def test_noise_maximises_error_and_is_seeded():
     torch.manual_seed(0)
     model = Tiny()
-    args = (model, 1, (1, 2, 2), 16, 30, 0.1, 0.1)
-    a = error_maximizing_noise(*args, torch.Generator().manual_seed(0), "cpu", "unsir")
-    b = error_maximizing_noise(*args, torch.Generator().manual_seed(0), "cpu", "unsir")
+    kw = {"batch_size": 16, "steps": 30, "lr": 0.1, "l2": 0.1, "device": "cpu", "method": "unsir"}
+    a = error_maximizing_noise(model, 1, (1, 2, 2), gen=torch.Generator().manual_seed(0), **kw)
+    b = error_maximizing_noise(model, 1, (1, 2, 2), gen=torch.Generator().manual_seed(0), **kw)
     start = torch.randn((16, 1, 2, 2), generator=torch.Generator().manual_seed(0))
     assert torch.equal(a, b)
     target = torch.ones(16, dtype=torch.long)

@@ -3,8 +3,6 @@ representative subset: losses on logits, head surgery, stage taps, per-sample gr
 variants), and the result still saves and reloads as a K-party model."""
 from __future__ import annotations
 
-from dataclasses import fields
-
 import pytest
 import torch
 
@@ -17,16 +15,9 @@ SUBSET = ["finetune", "gradient_ascent", "random_label", "salun", "scrub", "ssd"
           "boundary_mirage", "ssd_mirage", "fisher_mirage", "amnesiac_mirage", "unsir_mirage", "target"]
 
 
-# fewer samples where a method's cost is per sample (per-sample gradients, noise batches, retain subset)
-CHEAP = {"fisher_forgetting": {"max_samples": 32}, "influence": {"num_samples": 32},
-         "unsir": {"noise_steps": 2, "noise_batch_size": 16, "noise_copies": 1, "retain_per_class": 10},
-         "salun": {"batch_size": 256}, "purge": {"batch_size": 256}}
-
-
 def fast(name):
-    cls = METHODS.get(name)
-    kw = {"epochs": 1} if "epochs" in {f.name for f in fields(cls)} else {}
-    return cls.from_preset("small", **kw, **CHEAP.get(name, {}))
+    """The method's test preset: loops shortened, fewer samples where its cost is per sample."""
+    return METHODS.get(name).from_preset("test")
 
 
 def test_subset_covers_every_kind_of_model_access():

@@ -109,7 +109,7 @@ def test_reference_cache_reuses_and_resumes(digits_split, tmp_path):
     states = []
     torch.manual_seed(0)
     m = create_model("small_cnn", 10, 1, 8, width=8)
-    fit(m, digits_split.train_retain, recipe, digits_split.dataset.augment, 0, progress=False,
+    fit(m, digits_split.train_retain, recipe, digits_split.dataset.augment, seed=0, progress=False,
         on_epoch=lambda s: states.append(s))
     torch.save(states[0], r1.path.with_suffix(".partial.pt"))
     r3 = reference_model("retrain", digits_split, "small_cnn", recipe, seed=0, model_kwargs={"width": 8},

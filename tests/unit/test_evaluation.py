@@ -20,11 +20,15 @@ def test_output_metrics_conventions(digits_split, digits_original):
     assert m["test_acc"] == m["test_retain_acc"]  # SalUn: TA without the forgotten class
     assert output_metrics(out, digits_split, "purge")["test_acc"] == m["test_acc_full"]
     # SalUn's SVC-MIA by hand: first len(test_retain) retain samples vs retained-class test set
-    probs = lambda z: torch.softmax(z.double(), 1).numpy()
+    def probs(z):
+        return torch.softmax(z.double(), 1).numpy()
+
     pr = probs(out["train_retain"]["logits"])[: int(keep.sum())]
     pt = probs(lt[keep])
     pf = probs(out["train_forget"]["logits"])
-    conf = lambda p, yy: p[np.arange(len(yy)), yy][:, None]
+    def conf(p, yy):
+        return p[np.arange(len(yy)), yy][:, None]
+
     x = np.concatenate([conf(pr, digits_split.train_retain.y.numpy()[: len(pr)]), conf(pt, y[keep].numpy())])
     lab = np.r_[np.ones(len(pr)), np.zeros(len(pt))]
     clf = SVC(C=3, gamma="auto", kernel="rbf").fit(x, lab)

@@ -51,7 +51,8 @@ def test_extract_one_pass_matches_capture_and_removes_hooks(digits):
     x = torch.cat([x for x, _ in digits.test.batches(100)])
     with torch.no_grad(), capture(m, ["block2", "penultimate"]) as f:
         logits = m(x)
-    assert torch.allclose(feats["block2"], f["block2"], atol=1e-5) and torch.allclose(feats["logits"], logits, atol=1e-5)
+    assert torch.allclose(feats["block2"], f["block2"], atol=1e-5)
+    assert torch.allclose(feats["logits"], logits, atol=1e-5)
     assert all(len(mod._forward_hooks) == (1 if mod is m.block1 else 0) for mod in m.modules())
 
 

@@ -26,8 +26,9 @@ def _fit(digits, runtime=None, hook=None):
 
 def test_default_runtime_changes_no_cache_key(digits_split):
     args = ("original", digits_split, "small_cnn", {}, RECIPE, 0)
-    assert Runtime().cache_key() == {} and reference_key(*args) == reference_key(*args, Runtime(channels_last=True))
-    assert reference_key(*args, Runtime(amp="bf16")) == {**reference_key(*args), "amp": "bf16"}
+    assert Runtime().cache_key() == {}
+    assert reference_key(*args) == reference_key(*args, runtime=Runtime(channels_last=True))
+    assert reference_key(*args, runtime=Runtime(amp="bf16")) == {**reference_key(*args), "amp": "bf16"}
 
 
 def test_bf16_autocast_trains_in_bf16_on_cpu(digits):

@@ -1,7 +1,7 @@
 """AuditConfig: every threshold of the representation audit, documented with what it was set from.
 
 The defaults were calibrated on measurements, not chosen to make tests pass; ``CALIBRATION``
-below lists the numbers they come from (reproduce them with ``python -m unlearnkit.audit.calibrate``).
+below lists the numbers they come from (reproduce them with ``python benchmarks/audit_calibrate.py``).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ PROBE_SOLVERS = ("auto", "batched", "sklearn")
 CI_METHODS = ("corrected_t", "t", "percentile")
 
 CALIBRATION = """\
-Measured with ``python -m unlearnkit.audit.calibrate --dataset digits --seeds 5`` and
+Measured with ``python benchmarks/audit_calibrate.py --dataset digits --seeds 5`` and
 ``--dataset mnist5k --seeds 4`` (small_cnn, default recipe, class 3 forgotten, data_seed 0,
 AuditConfig defaults: 20 resplits, 2000 bootstrap draws). "masked" = the original with class 3
 masked at its output (head row 0, bias -1e4): it never predicts 3, its representation IS the
@@ -56,10 +56,12 @@ Head re-fit (one shot of class 3, 20 draws): the masked original's body gives th
 95.7 % (digits) / 63.1 % (mnist5k), retrained bodies at 20.2-30.8 % / 20.3-32.6 % (the seed-0
 reference: 29.3 / 28.7). The 35-point margin lies between the largest retrain excess (+3.9) and the
 smallest body-kept excess (+34.4 on mnist5k, +66.4 on digits); an earlier 5-draw measurement put two
-retrained bodies 26 points apart (digits), so it stays above that. Head relearning (reported; 10 SGD steps, lr 0.01, on the model's own head
+retrained bodies 26 points apart (digits), so it stays above that. Head relearning (reported; 10 SGD steps, lr
+0.01, on the model's own head
 in whitened coordinates, 5 shots per class): class 3, retrained heads 0.0 % (digits seeds 1-4,
 mnist5k seeds 0-2), an output mask with bias -10 84 % (mnist5k); but digits class 6, retrained
-heads of seeds 0-3 at 14.3 / 41.3 / 25.4 / 63.5 %: too wide a spread for a fixed margin. BatchNorm recalibration: retrain
+heads of seeds 0-3 at 14.3 / 41.3 / 25.4 / 63.5 %: too wide a spread for a fixed margin. BatchNorm recalibration:
+retrain
 seeds recover 0.0 % (digits and mnist5k); a gradient-ascent model (lr 1e-3, 5 epochs, BatchNorm in
 train mode; forget accuracy 7.6 %) returned to 95.4 % (measured with the previous release).
 """
@@ -89,7 +91,8 @@ class AuditConfig:
     on *standardised* units (each unit mean 0, variance 1), so rescaling or permuting units does not
     move it (plain CKA fell 1.000 -> 0.808 for a rescaled copy of the same function, digits
     penultimate; 0.44 in the issue's review); it is not
-    invariant to mixing units. ``center=False`` reproduces Mirage's uncentered code on raw features. One subsample of <= ``cka_max_samples`` rows (seed ``cka_seed``) for every pair.
+    invariant to mixing units. ``center=False`` reproduces Mirage's uncentered code on raw features. One subsample
+    of <= ``cka_max_samples`` rows (seed ``cka_seed``) for every pair.
 
     **Audit data.** Both the test set and the training split's forget-vs-retain data are probed
     (random/indices forgetting: Mirage's 1:1 sample-level draw of <= ``sample_level_max_per_side``
@@ -111,7 +114,8 @@ class AuditConfig:
 
     Reported beside it, read by no rule: ΔAUROC, the held-out AUROC (points) of the same LDA
     discriminant fitted on each resplit's 70 % and read on its 30 % (threshold-free: Mirage's balanced
-    accuracy at 0 moved to 62.8 % on a 1:9 case whose AUROC was 0.88, per the issue's review; but it saturates at 99 %+ for a
+    accuracy at 0 moved to 62.8 % on a 1:9 case whose AUROC was 0.88, per the issue's review; but it saturates at
+    99 %+ for a
     retrain at the deep layers, and fitted in ~128 dimensions on a few hundred rows it is
     ill-conditioned enough that float32 rounding moved it by a held-out pair); Mirage's own LPR / ΔLPR
     (StandardScaler + logistic probe, balanced accuracy) and trace-form F, as the paper defines them

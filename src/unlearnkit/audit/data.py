@@ -105,6 +105,16 @@ def train_data(split, config: AuditConfig) -> AuditData:
                      is_forget[rows], sample_level=is_sample_level(split))
 
 
+def audit_data(split, config: AuditConfig) -> dict[str, AuditData]:
+    """Every audit data choice of ``split``: ``test`` (class forgetting only), then ``train``."""
+    datas = {}
+    test = test_data(split, config)
+    if test is not None:
+        datas["test"] = test
+    datas["train"] = train_data(split, config)
+    return datas
+
+
 def choose(datas: dict[str, AuditData], split, config: AuditConfig) -> tuple[str, str]:
     """(name, reason): which data the verdict rests on."""
     test = datas.get("test")

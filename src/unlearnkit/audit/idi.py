@@ -45,6 +45,7 @@ from ..metrics.idi import LOG2, idi, infonce_mi, information_difference
 from ..models.features import capture
 from ..models.zoo import head_of, taps_of
 from .config import AuditConfig
+from .context import AuditContext
 
 PROJ_DIM = 128
 
@@ -179,7 +180,7 @@ def _layer_inputs(model: nn.Module, layers: list[str], x: torch.Tensor, device) 
     return {layer: torch.cat(v) for layer, v in parts.items()}
 
 
-def critic_mi(model: nn.Module, layer: str, data, config: AuditConfig, trial: int, device,
+def critic_mi(model: nn.Module, layer: str, data, config: AuditConfig, trial: int, *, device,
               feats: tuple[dict, dict] | None = None) -> float:
     """One trial's held-out InfoNCE estimate of I(Z_layer; Y) for ``model`` (nats, clipped at 0).
 
@@ -233,23 +234,24 @@ def model_mi(model: nn.Module, layers: list[str], split, config: AuditConfig, de
     feats = [tuple(_layer_inputs(model, layers, x, device) for x in (d[0], d[2])) for d in datas]
     out = {}
     for layer in layers:
-        vals = [critic_mi(model, layer, datas[t], config, t, device, feats[t]) for t in range(config.idi_trials)]
+        vals = [critic_mi(model, layer, datas[t], config, t, device=device, feats=feats[t])
+                for t in range(config.idi_trials)]
         out[layer] = {"mean": float(np.mean(vals)), "std": float(np.std(vals)), "trials": vals}
     return out
 
 
-def idi_check(original: nn.Module, unlearned: nn.Module, refs: list[nn.Module], split, layers: list[str],
-              config: AuditConfig, device, cache=None, context: tuple = ()) -> dict:
-    """The audit's ``idi`` entry: IDI, both IDs, and every model's per-layer MI estimates."""
+def idi_check(original: nn.Module, unlearned: nn.Module, refs: list[nn.Module], layers: list[str],
+              ctx: AuditContext) -> dict:
+    """The audit's ``idi`` entry: IDI, both IDs, and every model's per-layer MI estimates on ``ctx.split``.
+    The original's and the references' estimates come from the run's cache when an earlier audit of the
+    run computed them."""
+    split, config, device = ctx.split, ctx.config, ctx.device
     n_side = min(len(split.train_forget), len(split.train_retain), config.idi_max_per_side)
     if n_side < 10:
         return {"idi": None, "note": f"only {n_side} forget samples: too few to train an InfoNCE critic"}
 
     def cached(model: nn.Module, role: str) -> dict:
-        if cache is None:
-            return model_mi(model, layers, split, config, device)
-        return cache.get_or(cache.key(model, "idi", role, *context),
-                            lambda: model_mi(model, layers, split, config, device))
+        return ctx.cached(model, ("idi", role), lambda: model_mi(model, layers, split, config, device))
 
     mi_u = model_mi(unlearned, layers, split, config, device)
     mi_o = cached(original, "original")

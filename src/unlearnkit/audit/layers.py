@@ -30,11 +30,18 @@ import torch
 from ..metrics import cka_subsample_indices, fisher_separability, linear_cka
 from ..metrics.lda import heldout_auroc
 from .config import AuditConfig
+from .context import AuditContext, ForwardPasses
 from .data import AuditData
-from .memo import AuditCache
+from .probing import (
+    ProbeScores,
+    bootstrap_weights,
+    mahalanobis_draws,
+    make_splits,
+    masks,
+    paired_interval,
+    probe_scores,
+)
 from .tolerance import Tolerance, separability_tolerance
-from .probing import (ProbeScores, bootstrap_weights, mahalanobis_draws, make_splits, masks, paired_interval,
-                      probe_scores)
 
 MIN_PROBE_PER_SIDE = 3  # a stratified 70/30 split needs >= 1 held-out row of each side
 
@@ -110,16 +117,16 @@ class _Model:
     d2_draws: np.ndarray | None = None  # D² of every bootstrap draw
 
 
-def measure_data(data: AuditData, layers: list[str], out_u: dict, out_o: dict, out_refs: list[dict],
-                 config: AuditConfig, cache: AuditCache, context: tuple, device=None) -> list[LayerResult]:
-    """Every layer's :class:`LayerResult` on one audit data choice.
+def measure_data(data: AuditData, passes: ForwardPasses, ctx: AuditContext) -> list[LayerResult]:
+    """Every audited layer's :class:`LayerResult` on one audit data choice.
 
     Per model and layer, the Mirage probe scores and the LDA discriminant's held-out AUROC on the
     shared resplits, the Mahalanobis separability with its bootstrap draws and Mirage's F are
-    computed once; for the original and the references
-    they come from ``cache`` when an earlier audit of the same run computed them (``context`` =
-    split and config identity). All missing probe fits of all layers run in one parallel batch.
+    computed once; for the original and the references they come from the run's cache when an
+    earlier audit computed them (:class:`AuditContext`). All missing probe fits of all layers run in
+    one parallel batch.
     """
+    config = ctx.config
     y = data.is_forget
     probed = data.n_forget >= MIN_PROBE_PER_SIDE and data.n_retain >= MIN_PROBE_PER_SIDE
     splits = make_splits(y, config) if probed else []
@@ -127,12 +134,13 @@ def measure_data(data: AuditData, layers: list[str], out_u: dict, out_o: dict, o
     boot = bootstrap_weights(y, config)
     models: dict[str, list[_Model]] = {}
     todo: list[_Model] = []
-    for layer in layers:
+    roles = [("u", passes.out_u), ("o", passes.out_o)] + [("r", o) for o in passes.out_refs]
+    for layer in passes.layers:
         row = []
-        for role, out in [("u", out_u), ("o", out_o)] + [("r", o) for o in out_refs]:
-            key = cache.key(out, data.name, layer, *context) if role != "u" else None
-            if key is not None and cache.has(key):
-                row.append(cache.get(key))
+        for role, out in roles:
+            key = ctx.cache_key(out, data.name, layer) if role != "u" else None
+            if key is not None and ctx.cache.has(key):
+                row.append(ctx.cache.get(key))
                 continue
             x = data.features(out, layer)
             m = _Model(x, fisher_separability(x, y))
@@ -141,13 +149,13 @@ def measure_data(data: AuditData, layers: list[str], out_u: dict, out_o: dict, o
                 todo.append(m)
                 m.auroc = 100.0 * heldout_auroc(torch.from_numpy(x), torch.from_numpy(y), train, test).numpy()
             if key is not None:
-                cache.put(key, m)
+                ctx.cache.put(key, m)
             row.append(m)
         models[layer] = row
     if todo:
-        for m, sc in zip(todo, probe_scores([m.x for m in todo], y, splits, config, device)):
+        for m, sc in zip(todo, probe_scores([m.x for m in todo], y, splits, config, ctx.device)):
             m.scores = sc
-    return [_layer_result(layer, data, models[layer], splits, probed, config) for layer in layers]
+    return [_layer_result(layer, data, models[layer], splits, probed, config) for layer in passes.layers]
 
 
 def _interval(d: np.ndarray, splits, n: int, config: AuditConfig) -> Interval:

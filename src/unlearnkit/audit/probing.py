@@ -20,12 +20,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from scipy.stats import rankdata
+from threadpoolctl import threadpool_limits
 
 from ..metrics.lda import within_whitening
 from ..metrics.logistic import balanced_accuracy_auroc, fit_logistic_resplits
 from ..metrics.probes import paired_interval as _paired_interval
-from ..metrics.probes import paired_se
-from ..metrics.probes import stratified_split
+from ..metrics.probes import paired_se, stratified_split
 from .config import AuditConfig
 
 
@@ -52,13 +53,15 @@ def masks(splits, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     return train, test
 
 
-def _fit_probe(x: np.ndarray, y: np.ndarray, train: np.ndarray, test: np.ndarray, seed: int, C: float,
-               max_iter: int) -> tuple[float, float]:
-    """One sklearn probe: StandardScaler (ddof 0, zero variance -> 1) + LogisticRegression(lbfgs);
-    balanced accuracy of ``predict`` and the Mann-Whitney AUROC of the decision values."""
-    from scipy.stats import rankdata
-    from sklearn.linear_model import LogisticRegression
+def _fit_probe(x: np.ndarray, y: np.ndarray, split: tuple[np.ndarray, np.ndarray], seed: int,
+               config: AuditConfig) -> tuple[float, float]:
+    """One sklearn probe on one ``(train, test)`` split: StandardScaler (ddof 0, zero variance -> 1) +
+    LogisticRegression(lbfgs, ``probe_C``, ``probe_max_iter``, ``random_state=seed``); balanced accuracy
+    of ``predict`` and the Mann-Whitney AUROC of the decision values."""
+    from sklearn.linear_model import LogisticRegression  # lazy: only the sklearn solver needs it (heavy)
 
+    train, test = split
+    C, max_iter = config.probe_C, config.probe_max_iter
     x_tr, x_te = x[train], x[test]
     mean = x_tr.mean(axis=0)
     scale = x_tr.std(axis=0)
@@ -105,8 +108,6 @@ def probe_scores(xs: list[np.ndarray], is_forget: np.ndarray, splits, config: Au
     small fits are several times slower when their threads fight for cores). The numbers do not
     depend on the number of workers.
     """
-    from threadpoolctl import threadpool_limits
-
     xs = [np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0) for x in xs]
     solver = solver_for(config, device)
     if solver == "batched" and device is not None and torch.device(device).type == "cuda":
@@ -120,8 +121,8 @@ def probe_scores(xs: list[np.ndarray], is_forget: np.ndarray, splits, config: Au
         with threadpool_limits(1), ThreadPoolExecutor(workers) as pool:
             if solver == "sklearn":
                 y = is_forget.astype(np.int64)
-                args = [(x, y, tr, te, config.probe_seed + i, config.probe_C, config.probe_max_iter)
-                        for x in xs for i, (tr, te) in enumerate(splits)]
+                args = [(x, y, split, config.probe_seed + i, config)
+                        for x in xs for i, split in enumerate(splits)]
                 res = list(pool.map(lambda a: _fit_probe(*a), args))
                 j = len(splits)
                 return [ProbeScores(np.array([r[0] for r in res[k * j:(k + 1) * j]]),

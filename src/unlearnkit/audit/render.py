@@ -1,7 +1,9 @@
 """``write_audit(report, out_dir)``: audit.json, audit.md and a self-contained audit.html.
 
 Every file is written atomically (``checkpoints.atomic_write_text``); the HTML embeds its
-matplotlib figures as base64 PNGs, so it can be mailed or archived as one file.
+matplotlib figures as base64 PNGs, so it can be mailed or archived as one file. The PCA view is
+projected here, from the rows the audit keeps for it (``AuditReport.embedding``); the tables come
+from :mod:`unlearnkit.audit.tables`.
 """
 from __future__ import annotations
 
@@ -12,10 +14,13 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
+
 from ..checkpoints import atomic_write_text
 from ..markdown import markdown_table
 from ..plotting import literal_text
 from .report import AuditReport
+from .tables import html_table, idi_rows, layer_rows, model_rows, resurface_rows
 from .vfl import transmitted_html, transmitted_markdown
 
 EXPLAIN = [
@@ -50,80 +55,6 @@ EXPLAIN = [
     ("MIA", "SVC-MIA efficacy (% of the forget set predicted non-member, SalUn) and the loss/confidence "
             "AUROC (PURGE, 0.5 ideal)"),
 ]
-
-
-def _f(x, fmt="{:.2f}") -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "n/a"
-    return fmt.format(x)
-
-
-def _ci(lo, hi, fmt="{:+.1f}") -> str:
-    if lo is None or hi is None:
-        return ""
-    return f" [{_f(lo, fmt)}, {_f(hi, fmt)}]"
-
-
-def layer_rows(d: dict) -> tuple[list[str], list[list[str]]]:
-    header = ["layer", "ΔAUROC [CI]", "orig. ΔAUROC", "sep. ratio [CI]", "orig. sep. ratio", "LPR", "ΔLPR [CI]",
-              "F", "CKA orig.", "CKA retr.", "tolerance"]
-    rows = []
-    for name, v in d["layers"].items():
-        aci = v.get("delta_auroc_ci") or [None, None]
-        ci = v.get("delta_lpr_ci") or [None, None]
-        sci = v.get("separability_ratio_ci") or [None, None]
-        rows.append([
-            name, _f(v.get("delta_auroc"), "{:+.1f}") + _ci(*aci), _f(v.get("delta_auroc_original"), "{:+.1f}"),
-            _f(v["separability_ratio"]) + _ci(*sci, fmt="{:.2f}"), _f(v["separability_ratio_original"]),
-            _f(v["lpr"], "{:.1f}"), _f(v["delta_lpr"], "{:+.1f}") + _ci(*ci),
-            _f(v["separability"], "{:.3f}"), _f(v["cka_original"], "{:.3f}"), _f(v["cka_retrain"], "{:.3f}"),
-            f"{_f(v['separability_margin'])}x",
-        ])
-    return header, rows
-
-
-def model_rows(d: dict) -> tuple[list[str], list[list[str]]]:
-    header = ["model", "forget acc", "retain acc", "test-retain acc", "test-forget acc", "MIA eff.",
-              "MIA AUC", "k-NN forget", "k-NN retain", "FID_feat", "cos. to orig."]
-    rows = []
-    for role in ("unlearned", "original", "retrained"):
-        m = d["models"][role]
-        o = m["outputs"]
-        rows.append([role, _f(o["forget_acc"], "{:.1f}"), _f(o["retain_acc"], "{:.1f}"),
-                     _f(o["test_retain_acc"], "{:.1f}"), _f(o["test_forget_acc"], "{:.1f}"),
-                     _f(o["mia_efficacy"], "{:.1f}"), _f(o["mia_auc"], "{:.3f}"),
-                     _f(m["knn"].get("test_forget"), "{:.1f}"), _f(m["knn"].get("test_retain"), "{:.1f}"),
-                     _f(m["fid_feat_to_retrain"], "{:.3g}"), _f(m["cosine_to_original"], "{:.3f}")])
-    return header, rows
-
-
-def resurface_rows(d: dict) -> tuple[list[str], list[list[str]]]:
-    header = ["check", "forget acc before", "after", "retrain after", "excess", "resurfaced", "decides", "how"]
-    rows = []
-    for name, r in d["resurfacing"].items():
-        decides = "yes" if r.get("in_verdict", True) else "no (reported)"
-        if not r["applicable"]:
-            rows.append([name, "", "", "", "", "n/a", decides, r["note"]])
-            continue
-        rows.append([name, _f(r["forget_acc_before"], "{:.1f}"), _f(r["forget_acc_after"], "{:.1f}"),
-                     _f(r["retrain_forget_acc_after"], "{:.1f}"), _f(r["excess"], "{:+.1f}"),
-                     "yes" if r["resurfaced"] else "no", decides, r["note"]])
-    return header, rows
-
-
-def idi_rows(d: dict) -> tuple[list[str], list[list[str]]] | None:
-    """Per-layer MI estimates of the three models, or None when IDI was not computed."""
-    i = d.get("idi") or {}
-    if not i.get("mi"):
-        return None
-    mi = i["mi"]
-    header = ["layer", "MI unlearned", "MI original", "MI retrained", "unlearned − retrain"]
-    rows = []
-    for layer in i["layers"]:
-        u, o, r = mi["unlearned"][layer], mi["original"][layer], mi["retrained"][layer]
-        rows.append([layer, f"{u['mean']:.3f} ± {u['std']:.3f}", f"{o['mean']:.3f} ± {o['std']:.3f}",
-                     f"{r:.3f}", f"{u['mean'] - r:+.3f}"])
-    return header, rows
 
 
 def idi_line(d: dict) -> str:
@@ -186,102 +117,125 @@ def _png(fig) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-@literal_text
-def figures(report: AuditReport) -> dict[str, str]:
-    """Base64 PNGs: ``delta_auroc``, ``separability``, ``cka``, ``embedding``."""
-    import matplotlib
+_OFFSETS = {"test": -0.12, "train": 0.12}  # the two audit data side by side at each layer
+_PCA_ROLES = ("original", "unlearned", "retrained")
 
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
 
-    figs = {}
-    names = report.layer_names
-    x = list(range(len(names)))
-    # 1. layer-wise ΔAUROC with CIs (both audit data), the original as positive control, tolerance
-    fig, ax = plt.subplots(figsize=(7, 3.6))
-    offsets = {"test": -0.12, "train": 0.12}
+def _pca2(x: np.ndarray) -> np.ndarray:
+    """The rows of ``x`` on its first two principal components (zeros with fewer than 2 rows, a zero
+    column for a 1-D ``x``)."""
+    x = x - x.mean(0, keepdims=True)
+    if x.shape[0] < 2:
+        return np.zeros((x.shape[0], 2))
+    _, _, vt = np.linalg.svd(x, full_matrices=False)
+    comp = x @ vt[:2].T
+    if comp.shape[1] < 2:
+        comp = np.pad(comp, ((0, 0), (0, 2 - comp.shape[1])))
+    return comp
+
+
+def _intervals(ax, report: AuditReport, stat: str, drawable=lambda iv: True) -> None:
+    """Each probed layer's ``stat`` interval of the unlearned model as an error bar and the original's
+    point estimate (``{stat}_original``) as a grey cross, for every audit data; ``drawable`` leaves out
+    intervals the axis cannot show."""
     for data, rs in report.layers.items():
-        off = offsets.get(data, 0.0)
-        pts = [(i, r) for i, r in enumerate(rs) if r.probed]
+        pts = [(i, r) for i, r in enumerate(rs)
+               if r.probed and getattr(r, stat) is not None and drawable(getattr(r, stat))]
         if not pts:
             continue
-        xs = [i + off for i, _ in pts]
-        vals = [r.delta_auroc.value for _, r in pts]
-        err = [[r.delta_auroc.value - r.delta_auroc.low for _, r in pts],
-               [r.delta_auroc.high - r.delta_auroc.value for _, r in pts]]
-        ax.errorbar(xs, vals, yerr=err, fmt="o", capsize=4, label=f"unlearned ({data} data)")
-        ax.plot(xs, [r.delta_auroc_original.value for _, r in pts], "x", color="grey",
+        xs = [i + _OFFSETS.get(data, 0.0) for i, _ in pts]
+        ivs = [getattr(r, stat) for _, r in pts]
+        err = [[v.value - v.low for v in ivs], [v.high - v.value for v in ivs]]
+        ax.errorbar(xs, [v.value for v in ivs], yerr=err, fmt="o", capsize=4,
+                    label=f"unlearned ({data} data)")
+        ax.plot(xs, [getattr(r, f"{stat}_original").value for _, r in pts], "x", color="grey",
                 label=f"original ({data} data)" if data == report.rests_on else None)
-    rs = report.layers[report.rests_on]
-    ax.step([i - 0.5 for i in x] + [len(x) - 0.5], [r.auroc_margin for r in rs] + [rs[-1].auroc_margin],
-            where="post", color="red", ls="--", lw=1, label="reference line (not decided on)")
+
+
+def _per_layer_line(ax, values: list[float], **style) -> None:
+    """A step line holding each layer's value across its tick (a tolerance or reference line)."""
+    ax.step([i - 0.5 for i in range(len(values))] + [len(values) - 0.5], values + [values[-1]], where="post",
+            color="red", ls="--", lw=1, **style)
+
+
+def _draw_delta_auroc(ax, report: AuditReport) -> None:
+    """Layer-wise ΔAUROC with its CIs on both audit data, the original as positive control, and the
+    reference line (reported, not decided on)."""
+    _intervals(ax, report, "delta_auroc")
+    _per_layer_line(ax, [r.auroc_margin for r in report.layers[report.rests_on]],
+                    label="reference line (not decided on)")
     ax.axhline(0, color="black", lw=0.8)
-    ax.set_xticks(x, names)
+    ax.set_xticks(range(len(report.layer_names)), report.layer_names)
     ax.set_ylabel("ΔAUROC vs retrain (points)")
     ax.set_title(f"Layer-wise ΔAUROC (LDA probe), {report.config.confidence:.0%} CI — verdict: {report.verdict}")
     ax.legend(fontsize=7)
-    figs["delta_auroc"] = _png(fig)
-    # 2. separability ratio to retrain per layer (log scale), CIs, the original, tolerance
-    fig, ax = plt.subplots(figsize=(7, 3.4))
-    for data, rs_ in report.layers.items():
-        off = offsets.get(data, 0.0)
-        pts = [(i, r) for i, r in enumerate(rs_) if r.probed and r.separability_ratio is not None
-               and all(math.isfinite(v) and v > 0
-                       for v in (r.separability_ratio.low, r.separability_ratio.high))]
-        if not pts:
-            continue
-        xs = [i + off for i, _ in pts]
-        s = [r.separability_ratio for _, r in pts]
-        err = [[v.value - v.low for v in s], [v.high - v.value for v in s]]
-        ax.errorbar(xs, [v.value for v in s], yerr=err, fmt="o", capsize=4, label=f"unlearned ({data} data)")
-        ax.plot(xs, [r.separability_ratio_original.value for _, r in pts], "x", color="grey",
-                label=f"original ({data} data)" if data == report.rests_on else None)
-    ax.step([i - 0.5 for i in x] + [len(x) - 0.5],
-            [r.separability_margin for r in rs] + [rs[-1].separability_margin], where="post", color="red",
-            ls="--", lw=1, label="tolerance")
+
+
+def _draw_separability(ax, report: AuditReport) -> None:
+    """The separability ratio to retrain per layer (log scale) with its CIs, the original, and each layer's
+    tolerance."""
+    _intervals(ax, report, "separability_ratio",
+               drawable=lambda iv: all(math.isfinite(v) and v > 0 for v in (iv.low, iv.high)))
+    _per_layer_line(ax, [r.separability_margin for r in report.layers[report.rests_on]], label="tolerance")
     ax.axhline(1, color="black", lw=0.8)
     ax.set_yscale("log")
-    ax.set_xticks(x, names)
+    ax.set_xticks(range(len(report.layer_names)), report.layer_names)
     ax.set_ylabel("Mahalanobis separability / retrain's")
     ax.set_title("Separability of the forget data relative to retrain")
     ax.legend(fontsize=7)
-    figs["separability"] = _png(fig)
-    # 3. CKA to original and to retrain per layer
-    fig, ax = plt.subplots(figsize=(7, 3.4))
-    for data, rs_ in report.layers.items():
+
+
+def _draw_cka(ax, report: AuditReport) -> None:
+    """CKA to the original and to retrain per layer (solid: the data the verdict rests on), and the
+    references' CKA to the original for scale."""
+    x = range(len(report.layer_names))
+    for data, rs in report.layers.items():
         ls = "-" if data == report.rests_on else ":"
-        ax.plot(x, [r.cka_original for r in rs_], "o" + ls, color="tab:red", label=f"to original ({data})")
-        ax.plot(x, [r.cka_retrain for r in rs_], "s" + ls, color="tab:blue", label=f"to retrain ({data})")
-    ax.plot(x, [r.cka_retrain_original for r in rs], "--", color="grey", label="retrain to original")
-    ax.set_xticks(x, names)
+        ax.plot(x, [r.cka_original for r in rs], "o" + ls, color="tab:red", label=f"to original ({data})")
+        ax.plot(x, [r.cka_retrain for r in rs], "s" + ls, color="tab:blue", label=f"to retrain ({data})")
+    ax.plot(x, [r.cka_retrain_original for r in report.layers[report.rests_on]], "--", color="grey",
+            label="retrain to original")
+    ax.set_xticks(x, report.layer_names)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("linear CKA" + (" (centered)" if report.config.center else " (uncentered)"))
     ax.set_title("Representation similarity per layer")
     ax.legend(fontsize=7)
-    figs["cka"] = _png(fig)
-    # 4. 2-D PCA of forget vs retained features at the penultimate layer, for the three models
+
+
+def _draw_embedding(axes, report: AuditReport) -> None:
+    """2-D PCA (:func:`_pca2`) of forget vs retained penultimate features, one panel per model, from the
+    sample of the verdict's audit data the report keeps (``AuditReport.embedding``)."""
     emb = report.embedding
-    fig, axes = plt.subplots(1, 3, figsize=(10, 3.4))
     mask = emb.get("is_forget")
-    for ax, role in zip(axes, ("original", "unlearned", "retrained")):
-        z = emb.get(role)
-        if z is None or mask is None:
+    for ax, role in zip(axes, _PCA_ROLES):
+        feats = emb.get(role)
+        if feats is None or mask is None:
             ax.set_axis_off()
             continue
+        z = _pca2(np.asarray(feats, dtype=np.float64))
         ax.scatter(z[~mask, 0], z[~mask, 1], s=4, alpha=0.35, c="tab:blue", label="retained")
         ax.scatter(z[mask, 0], z[mask, 1], s=6, alpha=0.8, c="tab:red", label="forget")
         ax.set_title(f"{role} ({report.penultimate})", fontsize=9)
         ax.set_xticks([])
         ax.set_yticks([])
     axes[0].legend(fontsize=7)
+
+
+@literal_text
+def figures(report: AuditReport) -> dict[str, str]:
+    """Base64 PNGs: ``delta_auroc``, ``separability``, ``cka``, ``embedding``."""
+    import matplotlib.pyplot as plt  # lazy: heavy, and literal_text selects the Agg backend first
+
+    figs = {}
+    for name, size, draw in (("delta_auroc", (7, 3.6), _draw_delta_auroc),
+                             ("separability", (7, 3.4), _draw_separability), ("cka", (7, 3.4), _draw_cka)):
+        fig, ax = plt.subplots(figsize=size)
+        draw(ax, report)
+        figs[name] = _png(fig)
+    fig, axes = plt.subplots(1, len(_PCA_ROLES), figsize=(10, 3.4))
+    _draw_embedding(axes, report)
     figs["embedding"] = _png(fig)
     return figs
-
-
-def _html_table(header: list[str], rows: list[list[str]]) -> str:
-    h = "".join(f"<th>{html.escape(c)}</th>" for c in header)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{h}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def audit_html(report: AuditReport) -> str:
@@ -311,15 +265,15 @@ def audit_html(report: AuditReport) -> str:
     for name, ad in d["audit_data"].items():
         parts.append(f"<h2>Layers, {html.escape(name)} data</h2><p>{html.escape(ad['protocol'])}: "
                      f"{ad['n_forget']} forget / {ad['n_retain']} retained samples.</p>")
-        parts.append(_html_table(*layer_rows(ad)))
+        parts.append(html_table(*layer_rows(ad)))
     parts.append(transmitted_html(d.get("transmitted")))
-    parts.append("<h2>Models</h2>" + _html_table(*model_rows(d)))
+    parts.append("<h2>Models</h2>" + html_table(*model_rows(d)))
     parts.append(f"<img alt='PCA embedding' src='data:image/png;base64,{figs['embedding']}'>")
     if d["resurfacing"]:
-        parts.append("<h2>Resurfacing checks</h2>" + _html_table(*resurface_rows(d)))
+        parts.append("<h2>Resurfacing checks</h2>" + html_table(*resurface_rows(d)))
     parts.append(f"<h2>IDI</h2><p>{html.escape(idi_line(d))}</p>")
     if idi_rows(d):
-        parts.append(_html_table(*idi_rows(d)))
+        parts.append(html_table(*idi_rows(d)))
     parts.append("<h2>What each number means</h2><ul>" +
                  "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in EXPLAIN) + "</ul>")
     parts.append("</body></html>")

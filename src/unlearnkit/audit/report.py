@@ -98,7 +98,7 @@ class AuditReport:
     sample_level: bool
     penultimate: str
     n_forget_needed: int | None = None
-    embedding: dict = field(default_factory=dict, repr=False)
+    embedding: dict = field(default_factory=dict, repr=False)  # rows of the PCA plot: core.plot_sample
     timing: dict = field(default_factory=dict)
     task: dict = field(default_factory=dict)
     transmitted: dict = field(default_factory=dict)  # VFL models: audit/vfl.py

@@ -50,12 +50,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
+from scipy import stats
 from torch import nn
 
 from ..metrics import accuracy
 from ..metrics.lda import fewshot_recovery, head_relearn
 from ..models.features import LOGITS, extract
+from ..models.zoo import head_of, taps_of
 from .config import AuditConfig
+from .context import AuditContext, ForwardPasses
 
 
 @dataclass
@@ -121,20 +124,16 @@ def recalibrate_batchnorm(model: nn.Module, data, n_samples: int = 2048, batch_s
     return m
 
 
-def _reference_after(refs: list[nn.Module], attack, name: str, cache, context) -> float:
-    """Mean forget accuracy of the references after ``attack``; from ``cache`` when an earlier audit
-    of the run attacked the same references with the same settings."""
-    vals = []
-    for r in refs:
-        if cache is None:
-            vals.append(attack(r))
-        else:
-            vals.append(cache.get_or(cache.key(r, name, *context), lambda r=r: attack(r)))
-    return float(np.mean(vals))
+def _reference_after(refs: list[nn.Module], attack, name: str, ctx: AuditContext) -> float:
+    """Mean forget accuracy of the references after ``attack``; from the run's cache when an earlier
+    audit of the run attacked the same references with the same settings."""
+    return float(np.mean([ctx.cached(r, (name,), lambda r=r: attack(r)) for r in refs]))
 
 
-def bn_recalibration_check(unlearned: nn.Module, refs: list[nn.Module], split, before: float,
-                           config: AuditConfig, device, cache=None, context: tuple = ()) -> ResurfaceResult:
+def bn_recalibration_check(passes: ForwardPasses, before: float, ctx: AuditContext) -> ResurfaceResult:
+    """The BatchNorm recalibration check (module docstring); ``before`` is the unlearned model's forget
+    accuracy. References without BatchNorm are measured as they are."""
+    unlearned, refs, split, config, device = passes.unlearned, passes.refs, ctx.split, ctx.config, ctx.device
     if not batchnorm_layers(unlearned):
         return ResurfaceResult("bn_recalibration", False, "the model has no BatchNorm layer")
     forget = _capped(split.train_forget, config.resurface_max_forget, config.probe_seed)
@@ -146,10 +145,9 @@ def bn_recalibration_check(unlearned: nn.Module, refs: list[nn.Module], split, b
 
     after = attacked(unlearned)
     if all(batchnorm_layers(r) for r in refs):
-        ref_after = _reference_after(refs, attacked, "bn_recalibration", cache, context)
+        ref_after = _reference_after(refs, attacked, "bn_recalibration", ctx)
     else:
-        ref_after = _reference_after(refs, lambda r: _forget_acc(r, forget, config, device), "bn_plain", cache,
-                                     context)
+        ref_after = _reference_after(refs, lambda r: _forget_acc(r, forget, config, device), "bn_plain", ctx)
     excess = after - ref_after
     return ResurfaceResult(
         "bn_recalibration", True,
@@ -182,9 +180,11 @@ def relearn_copy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int,
     return m
 
 
-def relearn_check(unlearned: nn.Module, refs: list[nn.Module], split, before: float, sample_level: bool,
-                  config: AuditConfig, device, cache=None, context: tuple = ()) -> ResurfaceResult:
-    if sample_level:
+def relearn_check(passes: ForwardPasses, before: float, ctx: AuditContext) -> ResurfaceResult:
+    """The k-shot relearning check (module docstring, reported only); ``before`` is the unlearned model's
+    forget accuracy."""
+    unlearned, refs, split, config = passes.unlearned, passes.refs, ctx.split, ctx.config
+    if ctx.sample_level:
         return ResurfaceResult("relearn", False, "sample-level forgetting: no forgotten class to relearn")
     rng = np.random.RandomState(config.probe_seed)
     yf, yr = split.train_forget.y.numpy(), split.train_retain.y.numpy()
@@ -194,7 +194,7 @@ def relearn_check(unlearned: nn.Module, refs: list[nn.Module], split, before: fl
         return ResurfaceResult("relearn", False, f"the forget set has no sample left after the "
                                                  f"{f_rows.size} relearning shots")
     r_rows = _few_shot_rows(yr, config.relearn_k, rng)
-    device = device or next(unlearned.parameters()).device
+    device = ctx.device or next(unlearned.parameters()).device
     shots_f = split.train_forget.subset(torch.from_numpy(f_rows))
     shots_r = split.train_retain.subset(torch.from_numpy(r_rows))
     x = torch.cat([shots_f.normalize(shots_f.x), shots_r.normalize(shots_r.x)]).to(device)
@@ -207,7 +207,7 @@ def relearn_check(unlearned: nn.Module, refs: list[nn.Module], split, before: fl
                            config, device)
 
     after = attacked(unlearned)
-    ref_after = _reference_after(refs, attacked, "relearn", cache, context)
+    ref_after = _reference_after(refs, attacked, "relearn", ctx)
     excess = after - ref_after
     return ResurfaceResult(
         "relearn", True,
@@ -217,17 +217,11 @@ def relearn_check(unlearned: nn.Module, refs: list[nn.Module], split, before: fl
         margin=config.resurface_margin)
 
 
-def _cached_values(out_refs: list[dict], computes: list, name: str, layer: str, cache,
-                   context: tuple) -> list[float]:
-    """``computes[i](out_refs[i])`` for every reference, each from ``cache`` when an earlier audit of
-    the run computed it for the same outputs, check, layer and settings."""
-    return [f(o) if cache is None else cache.get_or(cache.key(o, name, layer, *context), lambda o=o, f=f: f(o))
-            for o, f in zip(out_refs, computes)]
-
-
-def _cached_mean(out_refs: list[dict], computes: list, name: str, layer: str, cache, context: tuple) -> float:
-    """Mean over the references of :func:`_cached_values`."""
-    return float(np.mean(_cached_values(out_refs, computes, name, layer, cache, context)))
+def _cached_values(out_refs: list[dict], computes: list, name: str, layer: str,
+                   ctx: AuditContext) -> list[float]:
+    """``computes[i](out_refs[i])`` for every reference, each from the run's cache when an earlier audit
+    of the run computed it for the same outputs, check, layer and settings."""
+    return [ctx.cached(o, (name, layer), lambda o=o, f=f: f(o)) for o, f in zip(out_refs, computes)]
 
 
 def relearn_margin(ref_values: list[float], config: AuditConfig) -> float:
@@ -236,8 +230,6 @@ def relearn_margin(ref_values: list[float], config: AuditConfig) -> float:
     a = (1 − ``confidence``) / 2 (a one-sided Gaussian prediction bound for a new retrain's excess over
     the references' mean, with half the verdict's error budget; the layers get the other half,
     :mod:`unlearnkit.audit.tolerance`). INFERRED: no reference code exists."""
-    from scipy import stats
-
     k = len(ref_values)
     sd = float(np.std(ref_values, ddof=1))
     t = float(stats.t.ppf(1.0 - (1.0 - config.confidence) / 2.0, k - 1))
@@ -255,12 +247,13 @@ def _head_refit_recovery(out: dict, layer: str, yf: np.ndarray, retain_rows: np.
     return float(np.mean(vals))
 
 
-def head_refit_check(out_u: dict, out_refs: list[dict], split, layer: str, before: float, sample_level: bool,
-                     config: AuditConfig, cache=None, context: tuple = ()) -> ResurfaceResult:
-    """The head re-fit check (module docstring) at ``layer`` (the head's input) from the features of
-    :func:`unlearnkit.evaluation.model_outputs`; the references' value comes from ``cache`` when an
-    earlier audit of the run computed it."""
-    if sample_level:
+def head_refit_check(passes: ForwardPasses, before: float, ctx: AuditContext) -> ResurfaceResult:
+    """The head re-fit check (module docstring) at the penultimate layer (the head's input) from the
+    features of the forward passes; the references' value comes from the run's cache when an earlier
+    audit of the run computed it. ``before`` is the unlearned model's forget accuracy."""
+    out_u, out_refs, layer = passes.out_u, passes.out_refs, passes.penultimate
+    split, config = ctx.split, ctx.config
+    if ctx.sample_level:
         return ResurfaceResult("head_refit", False, "sample-level forgetting: no forgotten class to re-fit")
     yf_all = split.train_forget.y.numpy()
     k = config.head_refit_shots
@@ -280,7 +273,7 @@ def head_refit_check(out_u: dict, out_refs: list[dict], split, layer: str, befor
         return _head_refit_recovery(out, layer, yf_all, retain_rows, yr, draws)
 
     after = recovery(out_u)
-    ref_after = _cached_mean(out_refs, [recovery] * len(out_refs), "head_refit", layer, cache, context)
+    ref_after = float(np.mean(_cached_values(out_refs, [recovery] * len(out_refs), "head_refit", layer, ctx)))
     excess = after - ref_after
     return ResurfaceResult(
         "head_refit", True,
@@ -292,8 +285,6 @@ def head_refit_check(out_u: dict, out_refs: list[dict], split, layer: str, befor
 
 def _head_input(model: nn.Module, layer: str):
     """The model's linear head when ``layer`` is the tap at its input, else None."""
-    from ..models.zoo import head_of, taps_of
-
     name = getattr(model, "unlearnkit_head", None)
     tap = taps_of(model).get(layer)
     if name is None or tap is None or tap.module != name or tap.at != "input":
@@ -302,14 +293,13 @@ def _head_input(model: nn.Module, layer: str):
     return head if isinstance(head, nn.Linear) and head.bias is not None else None
 
 
-def head_relearn_check(unlearned: nn.Module, refs: list[nn.Module], out_u: dict, out_refs: list[dict], split,
-                       layer: str, before: float, sample_level: bool, config: AuditConfig, cache=None,
-                       context: tuple = ()) -> ResurfaceResult:
-    """The head relearning check (module docstring) from the features the audit already has."""
-    if sample_level:
+def head_relearn_check(passes: ForwardPasses, before: float, ctx: AuditContext) -> ResurfaceResult:
+    """The head relearning check (module docstring) at the penultimate layer, from the features of the
+    forward passes; ``before`` is the unlearned model's forget accuracy."""
+    layer, split, config = passes.penultimate, ctx.split, ctx.config
+    if ctx.sample_level:
         return ResurfaceResult("head_relearn", False, "sample-level forgetting: no forgotten class to relearn")
-    models = [unlearned, *refs]
-    heads = [_head_input(m, layer) for m in models]
+    heads = [_head_input(m, layer) for m in (passes.unlearned, *passes.refs)]
     if any(h is None for h in heads):
         return ResurfaceResult("head_relearn", False, f"{layer} is not the input of a linear head with a bias")
     rng = np.random.RandomState(config.probe_seed)
@@ -326,12 +316,12 @@ def head_relearn_check(unlearned: nn.Module, refs: list[nn.Module], out_u: dict,
         xf, xr = out["train_forget"][layer], out["train_retain"][layer]
         shots = torch.cat([xf[torch.from_numpy(f_rows)], xr[torch.from_numpy(r_rows)]])
         return head_relearn(xr[torch.from_numpy(cap)], shots, y_shots, xf[torch.from_numpy(held)],
-                            torch.from_numpy(yf[held]), head.weight, head.bias, config.relearn_steps,
-                            config.head_relearn_lr)
+                            torch.from_numpy(yf[held]), weight=head.weight, bias=head.bias,
+                            steps=config.relearn_steps, lr=config.head_relearn_lr)
 
-    after = attacked(out_u, heads[0])
-    vals = _cached_values(out_refs, [lambda o, h=h: attacked(o, h) for h in heads[1:]], "head_relearn", layer,
-                          cache, context)
+    after = attacked(passes.out_u, heads[0])
+    vals = _cached_values(passes.out_refs, [lambda o, h=h: attacked(o, h) for h in heads[1:]], "head_relearn",
+                          layer, ctx)
     ref_after = float(np.mean(vals))
     excess = after - ref_after
     # one reference: retrained heads disagree too much for a constant margin (reported only); with K >= 2

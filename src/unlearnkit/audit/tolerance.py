@@ -16,7 +16,8 @@ sample-level forgetting, where a deviation counts in either direction). This is 
 s²(1 + 1/K), so a genuine retrain's point estimate exceeds the tolerance at one comparison with
 probability a, and at any comparison of the family with probability at most (1 − ``confidence``)/2
 (Bonferroni: it holds however the layers are correlated); the other half of the 5 % goes to head
-relearning, which decides with K >= 2 references (:func:`unlearnkit.audit.resurface.relearn_margin`). A flag also needs the exceedance to be
+relearning, which decides with K >= 2 references (:func:`unlearnkit.audit.resurface.relearn_margin`). A flag also
+needs the exceedance to be
 significant under the data's bootstrap noise, so the realised rate is lower. The tolerance tightens
 when the references agree and widens when they do not; ``separability_floor`` (1.5x) is the
 documented floor it never goes below (retrains of other seeds differed by up to 1.47x on
@@ -106,7 +107,7 @@ def separability_tolerance(log_d2_refs: list[float], n_comparisons: int, two_sid
                      config.separability_floor, derived, calibrated_on=calibrated_on or "")
 
 
-def simulate_false_flags(k: int, n_comparisons: int, rho: float, trials: int = 20000, seed: int = 0,
+def simulate_false_flags(k: int, n_comparisons: int, rho: float, *, trials: int = 20000, seed: int = 0,
                          confidence: float = 0.95, two_sided: bool = False) -> float:
     """How often the rule above flags a genuine retrain, simulated in the large-data limit (no
     bootstrap noise: a point estimate beyond the tolerance counts as a flag, the worst case).

@@ -10,15 +10,20 @@ A VFL model (:mod:`unlearnkit.models.vfl`) lists those taps in ``unlearnkit_tran
 party's embedding and their concatenation, ``embedding``); the audit measures them like every other
 layer, and this module pulls them out: their numbers on the data the verdict rests on, and which of
 them the verdict flags (Holm-adjusted p below 1 − confidence on the data the verdict rests on,
-the very comparisons :func:`unlearnkit.audit.verdict.suppressed` reads). Nothing is measured twice. Models without the attribute get an empty dict (no section).
+the very comparisons :func:`unlearnkit.audit.verdict.suppressed` reads). Nothing is measured twice. Models without
+the attribute get an empty dict (no section).
 """
 from __future__ import annotations
 
+import html
+
 from torch import nn
 
+from ..markdown import markdown_table
 from ..models.vfl import transmitted_layers
 from .layers import LayerResult
 from .report import layer_dict
+from .tables import html_table, layer_rows
 from .verdict import Measurements
 
 
@@ -52,9 +57,6 @@ def transmitted_markdown(d: dict | None) -> list[str]:
     """The audit.md section (no lines for a model that is not VFL)."""
     if not d:
         return []
-    from ..markdown import markdown_table
-    from .render import layer_rows  # render imports this module
-
     return ["", f"## Transmitted-embedding diagnostics (VFL), {d['data']} data", "",
             "What the passive parties send to the active party (each party's embedding and their "
             "concatenation `embedding`, Mirage's audit features): an observer of this traffic can probe it "
@@ -66,9 +68,6 @@ def transmitted_html(d: dict | None) -> str:
     """The audit.html section ("" for a model that is not VFL)."""
     if not d:
         return ""
-    import html
-
-    from .render import _html_table, layer_rows
-
     return (f"<h2>Transmitted-embedding diagnostics (VFL), {html.escape(d['data'])} data</h2>"
-            f"<p><b>{html.escape(d['summary'])}</b></p>" + _html_table(*layer_rows({"layers": d["per_layer"]})))
+            f"<p><b>{html.escape(d['summary'])}</b></p>"
+            + html_table(*layer_rows({"layers": d["per_layer"]})))

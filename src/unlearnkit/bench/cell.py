@@ -95,7 +95,7 @@ def execute_cell(cell: Cell, machine: Machine) -> dict:
         with logging_to(folder / "log.txt"):
             cfg = RunConfig(**cell.config, out=str(folder), cache_dir=machine.cache_dir, device=machine.device,
                             data_dir=machine.data_dir, download=machine.download)
-            results = run_experiment(cfg, progress=False, audit_original=cell.kind == "reference")
+            results = run_experiment(cfg, progress=False, audit_original=cell.kind == "reference").to_dict()
         return summarize(cell, results, folder, started, time.perf_counter() - t0)
     except KeyboardInterrupt:
         raise

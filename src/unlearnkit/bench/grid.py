@@ -29,7 +29,6 @@ the same cell in two grids (or two suites) is one cell, and a finished one is ne
 """
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import re
@@ -39,8 +38,9 @@ from pathlib import Path
 import yaml
 
 from .. import validate
-from ..config import RunConfig, _known
+from ..config import RunConfig, config_keys
 from ..errors import UserError
+from ..results import task_label
 
 GRID_KEYS = {"name", "datasets", "models", "tasks", "methods", "seeds"}
 TASK_KEYS = {"name", "forget_classes", "forget_random", "forget_indices", "task", "concept"}
@@ -107,9 +107,7 @@ def _slug(text: str) -> str:
 def _check(data: dict, allowed: set, where: str) -> dict:
     for key in data:
         if key not in allowed:
-            close = difflib.get_close_matches(str(key), sorted(allowed), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise UserError(f"unknown key {key!r} in {where}{hint}")
+            raise UserError(f"unknown key {key!r} in {where}{validate.suggestion(key, allowed)}")
     return data
 
 
@@ -126,36 +124,17 @@ def _as_list(value, what: str, item=None) -> list:
     return [item(what, v) for v in out] if item else out
 
 
-def task_label(task: dict) -> str:
-    if task.get("name"):
-        return validate.text("name of a task", task["name"])
-    classes = ",".join(str(c) for c in _ints(task.get("forget_classes"), "forget_classes of a task"))
-    if task.get("task"):
-        concept = task.get("concept")
-        return f"{task['task']} {classes}" + (
-            f" of {','.join(str(c) for c in _ints(concept, 'concept of a task'))}" if concept else "")
-    if task.get("forget_random") is not None:
-        r = validate.forget_random("forget_random of a task", task["forget_random"])
-        return f"random {r * 100:g}%" if r < 1 else f"random {int(r)}"
-    if task.get("forget_indices"):
-        return f"indices {Path(str(task['forget_indices'])).name}"
-    return f"class {classes}" if "," not in classes else f"classes {classes}"
-
-
-def _ints(value, what: str) -> list[int]:
-    return [] if value is None else validate.int_list(what, value)
-
-
 def _methods(entries: list, where: str, setting: str = "standard") -> list[tuple[str, dict]]:
     """``[(canonical name, overrides)]``: a name, ``all``, or ``{name, params | variants}``; ``all``
-    and the names follow ``unlearnkit run`` (:func:`unlearnkit.runner.method_names`): outside
+    and the names follow ``unlearnkit run`` (:func:`unlearnkit.methods.names.method_names`): outside
     ``setting: vfl`` ``all`` leaves out the VFL-only methods and naming one is a UserError."""
-    from ..runner import method_names
+    from ..methods import METHODS
+    from ..methods.names import method_names
 
     out: list[tuple[str, dict]] = []
     for entry in entries:
         if isinstance(entry, str) and entry.lower() == "all":
-            out += [(n, {}) for n in method_names(["all"], setting) if n != "retrain"]
+            out += [(n, {}) for n in method_names(["all"], setting) if not METHODS.get(n).is_reference]
             continue
         if isinstance(entry, str):
             entry = {"name": entry}
@@ -163,7 +142,7 @@ def _methods(entries: list, where: str, setting: str = "standard") -> list[tuple
             raise UserError(f"a method in {where} must be a name or a mapping with 'name', got {entry!r}")
         _check(entry, {"name", "params", "variants"}, f"method {entry['name']!r} of {where}")
         name = method_names([str(entry["name"])], setting)[0]  # unknown names fail here, with a suggestion
-        if name == "retrain":
+        if METHODS.get(name).is_reference:
             continue  # every group's reference cell holds the retrained model
         base = dict(entry.get("params") or {})
         variants = entry.get("variants") or [{}]
@@ -188,12 +167,12 @@ def _validate_method(name: str, params: dict, preset: str, dataset: str, model: 
 
 def expand(data: dict, name: str) -> list[Cell]:
     """The cells of a parsed suite, in run order: group by group, reference cell first."""
-    _check(data, TOP_KEYS | GRID_KEYS | (set(_known()) - CELL_KEYS), "the suite")
+    _check(data, TOP_KEYS | GRID_KEYS | (set(config_keys()) - CELL_KEYS), "the suite")
     for key in ("suite", "db", "out"):
         if data.get(key) is not None:
             validate.text(f"the suite's {key}", data[key])
     defaults = dict(validate.mapping("the suite's defaults", data.get("defaults") or {}))
-    _check(defaults, set(_known()) - CELL_KEYS, "defaults")
+    _check(defaults, set(config_keys()) - CELL_KEYS, "defaults")
     grids = data.get("grids")
     if grids is None:
         grids = [{k: v for k, v in data.items() if k not in TOP_KEYS}]
@@ -205,7 +184,7 @@ def expand(data: dict, name: str) -> list[Cell]:
             raise UserError(f"grid {i + 1} must be a mapping")
         gname = str(grid.get("name") or f"grid{i + 1}")
         where = f"grid {gname!r}"
-        _check(grid, GRID_KEYS | (set(_known()) - CELL_KEYS), where)
+        _check(grid, GRID_KEYS | (set(config_keys()) - CELL_KEYS), where)
         base = {**defaults, **{k: v for k, v in grid.items() if k not in GRID_KEYS}}
         datasets = _as_list(grid.get("datasets"), f"datasets of {where}", validate.text)
         models = _as_list(grid.get("models", ["small_cnn"]), f"models of {where}", validate.text)

@@ -104,6 +104,7 @@ def make_concept_split(bundle: DatasetBundle, task: str, forget_class: int, conc
         train_forget=pick(train, is_f), train_retain=pick(train, ~is_f),
         test_forget=pick(test, t_test), test_retain=pick(test, ~t_test), test=test, val=val,
         split_hash=split_hash(bundle, forget, info),
-        extra={**info, "forgotten_model_classes": () if superclass_model else (forget_class,), "target": pick(train, is_t), "false_retain": pick(train, is_t & ~is_f),
+        extra={**info, "forgotten_model_classes": () if superclass_model else (forget_class,),
+               "target": pick(train, is_t), "false_retain": pick(train, is_t & ~is_f),
                "affected_retain": pick(train, is_ar), "true_retain": pick(train, ~is_t)},
     )

@@ -115,9 +115,12 @@ def stratified_holdout(y: np.ndarray, fraction: float, seed: int) -> tuple[np.nd
     return np.sort(np.concatenate(keep)), np.sort(np.concatenate(hold))
 
 
-def _bundle(name: str, x_train, y_train, x_test, y_test, stats, classes, augment, data_seed,
+def _bundle(name: str, train: tuple, test: tuple, *, stats, classes, augment, data_seed,
             aux_train=None, aux_test=None) -> DatasetBundle:
-    """Hold out a stratified 10 % validation split and wrap everything as ArrayData."""
+    """Hold out a stratified 10 % validation split and wrap everything as ArrayData.
+
+    ``train`` and ``test`` are ``(images, labels)`` pairs."""
+    (x_train, y_train), (x_test, y_test) = train, test
     x_train = torch.as_tensor(x_train)
     y_train = torch.as_tensor(np.asarray(y_train), dtype=torch.long)
     keep, hold = stratified_holdout(y_train.numpy(), 0.10, data_seed)
@@ -153,8 +156,8 @@ def load_digits(root=None, download=False, data_seed: int = 0) -> DatasetBundle:
     x = (d.images.astype(np.float32) / 16.0)[:, None]
     y = d.target.astype(np.int64)
     xtr, ytr, xte, yte = _split_test(x, y, data_seed)
-    return _bundle("digits", xtr, ytr, xte, yte, _stats(xtr), [str(i) for i in range(10)], Augment(),
-                   data_seed)
+    return _bundle("digits", (xtr, ytr), (xte, yte), stats=_stats(xtr), classes=[str(i) for i in range(10)],
+                   augment=Augment(), data_seed=data_seed)
 
 
 @register_dataset("digits_flat", "the bundled digits as 64 flat features (offline), for VFL's feature split "
@@ -184,8 +187,8 @@ def load_mnist5k(root=None, download=False, data_seed: int = 0) -> DatasetBundle
     x = x.reshape(-1, 1, 28, 28).astype(np.uint8)
     y = y.astype(np.int64)
     xtr, ytr, xte, yte = _split_test(x, y, data_seed)
-    return _bundle("mnist5k", xtr, ytr, xte, yte, MNIST_STATS, [str(i) for i in range(10)],
-                   Augment(crop_padding=2), data_seed)
+    return _bundle("mnist5k", (xtr, ytr), (xte, yte), stats=MNIST_STATS, classes=[str(i) for i in range(10)],
+                   augment=Augment(crop_padding=2), data_seed=data_seed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,7 +222,7 @@ def _read_cifar_batch(path: Path) -> dict:
         return _SafeUnpickler(io.BytesIO(f.read()), encoding="latin1").load()
 
 
-def _cifar(name: str, root: Path, download: bool, folder: str, files_train: list[str], files_test: list[str],
+def _cifar(name: str, root: Path, download: bool, *, folder: str, files_train: list[str], files_test: list[str],
            tv_cls: str) -> tuple[dict, dict]:
     base = root / folder
     if not all((base / f).exists() for f in files_train + files_test):
@@ -246,20 +249,22 @@ CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog
 
 @register_dataset("cifar10", "CIFAR-10, 50k/10k 32x32 (torchvision, from --data-dir)")
 def load_cifar10(root: Path, download=False, data_seed: int = 0) -> DatasetBundle:
-    tr, te = _cifar("cifar10", root, download, "cifar-10-batches-py",
-                    [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"], "CIFAR10")
-    return _bundle("cifar10", tr["data"], tr["labels"], te["data"], te["labels"], CIFAR10_STATS,
-                   CIFAR10_CLASSES, Augment(4, True), data_seed)
+    tr, te = _cifar("cifar10", root, download, folder="cifar-10-batches-py",
+                    files_train=[f"data_batch_{i}" for i in range(1, 6)], files_test=["test_batch"], tv_cls="CIFAR10")
+    return _bundle("cifar10", (tr["data"], tr["labels"]), (te["data"], te["labels"]), stats=CIFAR10_STATS,
+                   classes=CIFAR10_CLASSES, augment=Augment(4, True), data_seed=data_seed)
 
 
 def _cifar100(root: Path, download: bool, data_seed: int, label: str) -> DatasetBundle:
-    tr, te = _cifar("cifar100", root, download, "cifar-100-python", ["train"], ["test"], "CIFAR100")
+    tr, te = _cifar("cifar100", root, download, folder="cifar-100-python", files_train=["train"], files_test=["test"],
+                    tv_cls="CIFAR100")
     ncls = 100 if label == "fine" else 20
     aux_tr = {"fine": tr["fine_labels"], "coarse": tr["coarse_labels"]}
     aux_te = {"fine": te["fine_labels"], "coarse": te["coarse_labels"]}
     name = "cifar100" if label == "fine" else "cifar100_coarse"
-    return _bundle(name, tr["data"], tr[f"{label}_labels"], te["data"], te[f"{label}_labels"], CIFAR100_STATS,
-                   [str(i) for i in range(ncls)], Augment(4, True), data_seed, aux_tr, aux_te)
+    return _bundle(name, (tr["data"], tr[f"{label}_labels"]), (te["data"], te[f"{label}_labels"]),
+                   stats=CIFAR100_STATS, classes=[str(i) for i in range(ncls)], augment=Augment(4, True),
+                   data_seed=data_seed, aux_train=aux_tr, aux_test=aux_te)
 
 
 @register_dataset("cifar100", "CIFAR-100, 100 fine labels (coarse kept as aux) (torchvision, --data-dir)")
@@ -281,25 +286,26 @@ def _torchvision(name: str, root: Path, download: bool, ctor: Callable[[bool], o
         raise _missing(name, root, "torchvision files") from None
 
 
-def _mnist_like(name: str, cls: str, root: Path, download: bool, data_seed: int, stats, classes):
+def _mnist_like(name: str, cls: str, root: Path, download: bool, *, data_seed: int, stats, classes):
     import torchvision.datasets as tvd
 
     tr, te = _torchvision(name, root, download,
                           lambda train: getattr(tvd, cls)(str(root), train=train, download=download))
-    return _bundle(name, tr.data[:, None].numpy(), tr.targets.numpy(), te.data[:, None].numpy(),
-                   te.targets.numpy(), stats, classes, Augment(crop_padding=2), data_seed)
+    return _bundle(name, (tr.data[:, None].numpy(), tr.targets.numpy()), (te.data[:, None].numpy(), te.targets.numpy()),
+                   stats=stats, classes=classes, augment=Augment(crop_padding=2), data_seed=data_seed)
 
 
 @register_dataset("mnist", "MNIST, 60k/10k 28x28 (torchvision, --data-dir)")
 def load_mnist(root: Path, download=False, data_seed: int = 0) -> DatasetBundle:
-    return _mnist_like("mnist", "MNIST", root, download, data_seed, MNIST_STATS, [str(i) for i in range(10)])
+    return _mnist_like("mnist", "MNIST", root, download, data_seed=data_seed, stats=MNIST_STATS,
+                       classes=[str(i) for i in range(10)])
 
 
 @register_dataset("fashion_mnist", "Fashion-MNIST, 60k/10k 28x28 (torchvision, --data-dir)", "fmnist")
 def load_fashion_mnist(root: Path, download=False, data_seed: int = 0) -> DatasetBundle:
     classes = ["t-shirt", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker", "bag", "boot"]
-    return _mnist_like("fashion_mnist", "FashionMNIST", root, download, data_seed,
-                       ((0.2860,), (0.3530,)), classes)
+    return _mnist_like("fashion_mnist", "FashionMNIST", root, download, data_seed=data_seed,
+                       stats=((0.2860,), (0.3530,)), classes=classes)
 
 
 @register_dataset("svhn", "SVHN, 73k/26k 32x32 digits (torchvision, --data-dir)")
@@ -308,8 +314,8 @@ def load_svhn(root: Path, download=False, data_seed: int = 0) -> DatasetBundle:
 
     tr, te = _torchvision("svhn", root, download, lambda train: tvd.SVHN(
         str(root), split="train" if train else "test", download=download))
-    return _bundle("svhn", tr.data, tr.labels, te.data, te.labels, SVHN_STATS, [str(i) for i in range(10)],
-                   Augment(crop_padding=4), data_seed)
+    return _bundle("svhn", (tr.data, tr.labels), (te.data, te.labels), stats=SVHN_STATS,
+                   classes=[str(i) for i in range(10)], augment=Augment(crop_padding=4), data_seed=data_seed)
 
 
 @register_dataset("stl10", "STL-10, 5k/8k labelled 96x96 (torchvision, --data-dir)")
@@ -319,8 +325,8 @@ def load_stl10(root: Path, download=False, data_seed: int = 0) -> DatasetBundle:
     tr, te = _torchvision("stl10", root, download, lambda train: tvd.STL10(
         str(root), split="train" if train else "test", download=download))
     classes = ["airplane", "bird", "car", "cat", "deer", "dog", "horse", "monkey", "ship", "truck"]
-    return _bundle("stl10", tr.data, tr.labels, te.data, te.labels, STL10_STATS, classes, Augment(12, True),
-                   data_seed)
+    return _bundle("stl10", (tr.data, tr.labels), (te.data, te.labels), stats=STL10_STATS, classes=classes,
+                   augment=Augment(12, True), data_seed=data_seed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -339,7 +345,8 @@ def load_imagefolder(path: str | Path, data_seed: int = 0, image_size: int = 32)
     root = Path(path).expanduser()
     for part in ("train", "test"):
         if not (root / part).is_dir():
-            raise DataUnavailableError(f"imagefolder {root}/ must hold train/ and test/ subfolders, one folder per class")
+            raise DataUnavailableError(f"imagefolder {root}/ must hold train/ and test/ subfolders, one folder "
+                                       f"per class")
     tf = T.Compose([T.Resize((image_size, image_size)), T.PILToTensor()])
 
     def read(part: str):
@@ -354,5 +361,5 @@ def load_imagefolder(path: str | Path, data_seed: int = 0, image_size: int = 32)
     if classes_te != classes:
         raise UserError(f"imagefolder {root}: test/ classes {classes_te} differ from train/ classes {classes}")
     stats = _stats(xtr.astype(np.float32) / 255.0)
-    return _bundle(f"imagefolder:{root}", xtr, ytr, xte, yte, stats, classes, Augment(crop_padding=image_size // 8),
-                   data_seed)
+    return _bundle(f"imagefolder:{root}", (xtr, ytr), (xte, yte), stats=stats, classes=classes,
+                   augment=Augment(crop_padding=image_size // 8), data_seed=data_seed)

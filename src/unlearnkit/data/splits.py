@@ -41,6 +41,24 @@ class ForgetSpec:
         if self.task is not None and len(self.classes) != 1:
             raise UserError(f"task {self.task} forgets exactly one fine class: give one --forget-classes")
 
+    @classmethod
+    def from_options(cls, classes=None, random=None, indices_file=None) -> "ForgetSpec":
+        """The forget set a user gave as options (``--forget-classes "3,8"``, ``--forget-random 0.1``,
+        ``--forget-indices file``), each checked (:mod:`unlearnkit.validate`), exactly one given."""
+        from .. import validate
+
+        if sum(v is not None for v in (classes, random, indices_file)) != 1:
+            raise UserError("say what to forget with exactly one of --forget-classes, --forget-random, "
+                            "--forget-indices")
+        if classes is not None:
+            parsed = validate.int_list("--forget-classes", classes)
+            if not parsed:
+                raise UserError(f"--forget-classes is empty; give classes such as 3 or 3,8, not {classes!r}")
+            return cls(classes=tuple(parsed))
+        if random is not None:
+            return cls(random=validate.forget_random("--forget-random", random))
+        return cls(indices_file=str(validate.input_file("--forget-indices", indices_file)))
+
     @property
     def kind(self) -> str:
         if self.task is not None:

@@ -17,7 +17,8 @@ seeded from the method's generator and discarded afterwards (the returned model 
 architecture), the classifier is not touched during Collapse. Paper result to compare with
 (CIFAR-10, ResNet-18, class-wise): UA 100, TA 95.36, MIA 12.64 (retrain 10.64), 4.91 min.
 
-Plug-ins (``ec+cola``): :meth:`plugin_loss` is added to the loss of every step of both phases.
+Plug-ins (``ec+cola``): ``accepts_extra_loss``; a plug-in's ``extra_loss`` is added to the loss of
+every step of both phases. (:meth:`~unlearnkit.methods.base.UnlearningMethod.step_loss`).
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from torch import Tensor
 
 from ..models.features import capture
 from ..progress import bar
-from .base import UnlearnResult, UnlearningMethod, register_method
+from .base import AT_LEAST_ONE, POSITIVE, UnlearningMethod, UnlearnResult, register_method
 from .common import batches, check_finite, n_batches, projection_head, set_train_mode, sgd
 
 
@@ -57,6 +58,7 @@ class CollapseAndAlign(UnlearningMethod):
     paper = ("Jeon et al., An Information Theoretic Evaluation Metric for Strong Unlearning (COLA baseline), "
              "arXiv 2405.17878 -- INFERRED, no reference code")
     needs = frozenset({"retain"})
+    accepts_extra_loss = True  # a plug-in's loss (ec+cola) is added to every step
     not_distributed = "its collapse stage's supervised contrastive loss compares every pair within a batch"
     # small: tuned on the VAL split, class 3, small_cnn, seed 0 (val forget / val retain accuracy;
     # original 100 / 100 on digits). Collapse has to be strong to move D_f (digits):
@@ -65,7 +67,9 @@ class CollapseAndAlign(UnlearningMethod):
     #   bs 64, collapse lr 0.1, 2 align epochs: 3 collapse epochs 6.7 / 98.4, 4: 6.7 / 98.4,
     #   5: 0.0 / 99.2 (2.6 s);  the same with bs 128, 3 epochs: 60.0 / 97.7
     PRESETS = {"reference": {},
-               "small": {"batch_size": 64, "collapse_lr": 0.1, "collapse_epochs": 5, "align_epochs": 2}}
+               "small": {"batch_size": 64, "collapse_lr": 0.1, "collapse_epochs": 5, "align_epochs": 2},
+               "test": {"batch_size": 64, "collapse_lr": 0.1, "collapse_epochs": 1, "align_epochs": 1}}
+    CONSTRAINTS = {"tau": POSITIVE, "proj_dim": AT_LEAST_ONE}  # SupCon's temperature
 
     collapse_epochs: int = 5
     align_epochs: int = 5
@@ -98,7 +102,7 @@ class CollapseAndAlign(UnlearningMethod):
                     for x, y in batches(data.retain, self.batch_size, gen, device, aug):
                         model(x)
                         loss = supcon_loss(F.normalize(proj(feats["penultimate"]), dim=1), y, self.tau)
-                        loss = loss + self.plugin_loss(model)  # e.g. EC as a plug-in; 0 when none
+                        loss = self.step_loss(loss, model)  # + a plug-in's extra loss (e.g. EC), if attached
                         check_finite(loss, self.name, step)
                         opt.zero_grad(set_to_none=True)
                         loss.backward()
@@ -113,7 +117,7 @@ class CollapseAndAlign(UnlearningMethod):
                 total = 0.0
                 for x, y in batches(data.retain, self.batch_size, gen, device, aug):
                     loss = F.cross_entropy(model(x), y)
-                    loss = loss + self.plugin_loss(model)  # e.g. EC as a plug-in; 0 when none
+                    loss = self.step_loss(loss, model)  # + a plug-in's extra loss (e.g. EC), if attached
                     check_finite(loss, self.name, step)
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
@@ -122,4 +126,4 @@ class CollapseAndAlign(UnlearningMethod):
                     step += 1
                     pb.update(1, ce=loss.item())
                 history.append({"phase": "align", "epoch": epoch + 1, "loss": total / nb})
-        return UnlearnResult(model, 0.0, "completed", history)
+        return UnlearnResult(model, "completed", history)

@@ -23,7 +23,8 @@ set; rows of ``L_CT`` that the reference would turn into inf/NaN (no same-label 
 the random-sample mode, or no other-label one) are left out of the mean (see
 :func:`contrastive_unlearning_loss`).
 
-Plug-ins (``ec+contrastive``): :meth:`plugin_loss` is added to the loss of every step.
+Plug-ins (``ec+contrastive``): ``accepts_extra_loss``; a plug-in's ``extra_loss`` is added to the loss of
+every step. (:meth:`~unlearnkit.methods.base.UnlearningMethod.step_loss`).
 """
 from __future__ import annotations
 
@@ -35,9 +36,8 @@ from torch import Tensor
 
 from ..models.features import capture
 from ..progress import bar
-from .base import UnlearnResult, UnlearningMethod, register_method
-from .common import (accuracy_fraction, batches, check_finite, cycle, n_batches, projection_head,
-                     set_train_mode)
+from .base import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UnlearningMethod, UnlearnResult, register_method
+from .common import accuracy_fraction, batches, check_finite, cycle, n_batches, projection_head, set_train_mode
 
 
 def contrastive_unlearning_loss(z_forget: Tensor, z_retain: Tensor, y_forget: Tensor, y_retain: Tensor,
@@ -79,6 +79,7 @@ class ContrastiveUnlearning(UnlearningMethod):
     paper = ("Lee et al., Contrastive Unlearning: A Contrastive Approach to Machine Unlearning, IJCAI 2025 "
              "(Hongkyu-Lee/Contrastive-Unlearning)")
     needs = frozenset({"forget", "retain", "val"})
+    accepts_extra_loss = True  # a plug-in's loss (ec+contrastive) is added to every step
     not_distributed = ("its contrastive loss compares every pair within a batch (not a mean of per-sample terms), "
                        "on paired forget and retain streams")
     # small: tuned on the VAL split, class 3, small_cnn, seed 0 (val forget / val retain accuracy;
@@ -88,7 +89,9 @@ class ContrastiveUnlearning(UnlearningMethod):
     #   lr 1e-2, <= 10 epochs: 6.7 / 95.3 (stop rule met after 6 epochs, 2-4 s);  lr 1.5e-2: 6.7 / 83.6;
     #   lr 3e-2: 0 / 43.8;  lr 1e-2 with 8 retain batches per forget batch: 0 / 80.5;  CE ratio 2: 6.7 / 78.1
     # mnist5k with the preset: 7.5 / 93.9 (stop after 9 epochs; 129 s on a loaded 2-core machine).
-    PRESETS = {"reference": {}, "small": {"lr": 1e-2, "epochs": 10}}
+    PRESETS = {"reference": {}, "small": {"lr": 1e-2, "epochs": 10}, "test": {"lr": 1e-2, "epochs": 1}}
+    CONSTRAINTS = {"tau": POSITIVE, "ct_ratio": NON_NEGATIVE, "ce_ratio": NON_NEGATIVE,
+                   "retain_sampling_freq": AT_LEAST_ONE, "proj_dim": AT_LEAST_ONE}
 
     lr: float = 1e-3
     momentum: float = 0.9
@@ -134,7 +137,7 @@ class ContrastiveUnlearning(UnlearningMethod):
                         ct = contrastive_unlearning_loss(z[:b], z[b:], yu, yr, self.tau, single_class)
                         ce = F.cross_entropy(logits[b:], yr)
                         loss = self.ct_ratio * ct + self.ce_ratio * ce
-                        loss = loss + self.plugin_loss(model)  # e.g. EC as a plug-in; 0 when none
+                        loss = self.step_loss(loss, model)  # + a plug-in's extra loss (e.g. EC), if attached
                         check_finite(loss, self.name, step)
                         opt.zero_grad(set_to_none=True)
                         loss.backward()
@@ -153,4 +156,4 @@ class ContrastiveUnlearning(UnlearningMethod):
                 if done:
                     stop = "stop_rule"
                     break
-        return UnlearnResult(model, 0.0, stop, history)
+        return UnlearnResult(model, stop, history)

@@ -37,7 +37,8 @@ Deliberate differences (all documented reference quirks, reference-specs §6.14)
 - the HR stop target uses the original model's accuracy on the *validation* split (the reference's
   test accuracy), so no test data are read during unlearning.
 
-Plug-ins (``ec+duck``): :meth:`plugin_loss` is added to the loss of every step of both phases.
+Plug-ins (``ec+duck``): ``accepts_extra_loss``; a plug-in's ``extra_loss`` is added to the loss of
+every step of both phases. (:meth:`~unlearnkit.methods.base.UnlearningMethod.step_loss`).
 """
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ from torch import Tensor
 
 from ..models.features import capture
 from ..progress import bar
-from .base import UnlearnResult, UnlearningMethod, register_method
+from .base import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT, Interval, UnlearningMethod, UnlearnResult, register_method
 from .common import accuracy_fraction, batches, check_finite, set_train_mode
 
 
@@ -74,6 +75,7 @@ def duck_targets(dists: Tensor, centroid_labels: Tensor, labels: Tensor) -> Tens
 class DUCK(UnlearningMethod):
     paper = "Cotogni et al., DUCK: Distance-based Unlearning via Centroid Kinematics, 2023 (OcraM17/DUCK)"
     needs = frozenset({"forget", "retain", "val"})
+    accepts_extra_loss = True  # a plug-in's loss (ec+duck) is added to every step
     not_distributed = ("its centroid distances and nested forget x retain batch loops are whole-batch statistics")
     # small: tuned on the VAL split, class 3, small_cnn, seed 0 (val forget / val retain accuracy;
     # original 100 / 100 on digits, 100 / 96.4 on mnist5k). DUCK reaches its target on digits with
@@ -84,7 +86,13 @@ class DUCK(UnlearningMethod):
     #   bs 64, ratio 5, lr 1e-3, no low regime: 6.7 / 99.2 (stops after 1 epoch)
     # mnist5k with the preset: 0.0 / 97.2 (train forget 2.5 % after the low regime; 64 s on a loaded
     # 2-core machine).
-    PRESETS = {"reference": {}, "small": {"batch_size": 64, "batch_fgt_ret_ratio": 5, "low_batch_size": 128}}
+    PRESETS = {"reference": {}, "small": {"batch_size": 64, "batch_fgt_ret_ratio": 5, "low_batch_size": 128},
+               "test": {"batch_size": 64, "batch_fgt_ret_ratio": 5, "low_batch_size": 128, "epochs": 1}}
+    # MultiStepLR's factor in (0, 1]; accuracies as fractions; torch's label smoothing in [0, 1]
+    CONSTRAINTS = {"milestones": NON_NEGATIVE, "gamma": Interval(0, 1, "right"),
+                   "batch_fgt_ret_ratio": NON_NEGATIVE, "lambda_fgt": NON_NEGATIVE,
+                   "lambda_ret": NON_NEGATIVE, "temperature": POSITIVE, "centroid_batches": AT_LEAST_ONE,
+                   "target_accuracy": UNIT, "label_smoothing": UNIT, "low_hr_retain_batches": AT_LEAST_ONE}
 
     lr: float = 4e-4
     weight_decay: float = 0.0
@@ -136,7 +144,7 @@ class DUCK(UnlearningMethod):
                         loss_ret = F.cross_entropy(out_r / self.temperature, yr,
                                                    label_smoothing=self.label_smoothing) * self.lambda_ret
                         loss = loss_fgt + loss_ret
-                        loss = loss + self.plugin_loss(model)  # e.g. EC as a plug-in; 0 when none
+                        loss = self.step_loss(loss, model)  # + a plug-in's extra loss (e.g. EC), if attached
                         check_finite(loss, self.name, step)
                         opt.zero_grad(set_to_none=True)
                         loss.backward()
@@ -150,9 +158,9 @@ class DUCK(UnlearningMethod):
                     break
                 sched.step()
             if self.low_regime and self.lambda_fgt > 0 and self.lambda_ret > 0:
-                step = self._low_regime(model, data, centroids, cent_labels, class_removal, feats, gen,
-                                        device, step, history)
-        return UnlearnResult(model, 0.0, stop, history)
+                step = self._low_regime(model, data, centroids, cent_labels, class_removal=class_removal,
+                                        feats=feats, gen=gen, device=device, step=step, history=history)
+        return UnlearnResult(model, stop, history)
 
     @torch.no_grad()
     def _centroids(self, model, data, device, gen) -> tuple[Tensor, Tensor]:
@@ -172,7 +180,7 @@ class DUCK(UnlearningMethod):
         cents = torch.stack([embs[labs == c].mean(0) for c in classes])
         return cents, torch.tensor(classes, device=cents.device)
 
-    def _low_regime(self, model, data, centroids, cent_labels, class_removal, feats, gen, device, step,
+    def _low_regime(self, model, data, centroids, cent_labels, *, class_removal, feats, gen, device, step,
                     history):
         n_fgt_batches = -(-len(data.forget) // self.batch_size)
         opt = torch.optim.Adam(model.parameters(), lr=self.low_lr, weight_decay=self.weight_decay)
@@ -197,7 +205,7 @@ class DUCK(UnlearningMethod):
                     loss_fgt = dists[torch.arange(n, device=dists.device), tgt].mean() * self.lambda_fgt / 10
                     loss = F.cross_entropy(out[n:] / self.temperature, yr,
                                            label_smoothing=self.label_smoothing) + loss_fgt
-                    loss = loss + self.plugin_loss(model)  # e.g. EC as a plug-in; 0 when none
+                    loss = self.step_loss(loss, model)  # + a plug-in's extra loss (e.g. EC), if attached
                     check_finite(loss, self.name, step)
                     opt.zero_grad(set_to_none=True)
                     loss.backward()

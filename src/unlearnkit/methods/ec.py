@@ -24,7 +24,9 @@ the original architecture. Optimiser and loop follow CU (INFERRED starting point
 
 As a plug-in (``ec+duck``, ``ec+cola``, ``ec+contrastive``) the EC loss is added to the base
 method's loss at each of its steps (``L_total = L_base + ec_weight * L_EC``), on its own forget /
-retain batches, through :meth:`UnlearningMethod.plugin_loss`.
+retain batches, through the base method's ``extra_loss`` (:meth:`UnlearningMethod.with_extra_loss`).
+The combinations are declared with :func:`~unlearnkit.methods.base.register_plugin` and registered
+once every method is (``methods/__init__.py``), whatever the order the modules are imported in.
 """
 from __future__ import annotations
 
@@ -38,11 +40,23 @@ from ..errors import NonFiniteLossError, UserError
 from ..models.features import capture, pool
 from ..models.zoo import taps_of
 from ..progress import bar
-from .base import METHODS, UnlearningMethod, UnlearnResult, register_method
+from .base import (
+    AT_LEAST_ONE,
+    NON_NEGATIVE,
+    POSITIVE,
+    UnlearningMethod,
+    UnlearnResult,
+    register_method,
+    register_plugin,
+)
 from .common import accuracy_fraction, batches, check_finite, cycle, n_batches, set_train_mode
 from .contrastive import contrastive_unlearning_loss
 
 AUX = "_ec_aux"
+#: the constraints of the EC loss's hyperparameters, shared by ``ec`` and the ``ec+<base>`` plug-ins
+#: (CU's temperature > 0 and non-negative term weights, §3.12 / §3.14)
+EC_CONSTRAINTS = {"tau": POSITIVE, "ct_ratio": NON_NEGATIVE, "ce_ratio": NON_NEGATIVE,
+                  "weights": NON_NEGATIVE, "proj_dim": AT_LEAST_ONE}
 
 
 def depth_weights(n: int, first: float = 0.2, last: float = 1.0) -> list[float]:
@@ -61,7 +75,7 @@ def _to_nchw(t: Tensor, channels: int | None) -> Tensor:
 class AuxModule(nn.Module):
     """Conv block(s) down to the last stage's resolution + GAP + projection head + classifier."""
 
-    def __init__(self, in_ch: int, in_hw: int | None, out_ch: int, out_hw: int | None, hidden: int,
+    def __init__(self, in_ch: int, in_hw: int | None, out_ch: int, out_hw: int | None, *, hidden: int,
                  proj_dim: int, num_classes: int) -> None:
         super().__init__()
         layers: list[nn.Module] = []
@@ -91,8 +105,8 @@ class AuxModule(nn.Module):
 class ECLoss:
     """The EC objective over a model's stages; attaches its modules as ``model._ec_aux``."""
 
-    def __init__(self, model: nn.Module, sample: Tensor, num_classes: int, proj_dim: int, weights: list[float] | None,
-                 gen: torch.Generator, device) -> None:
+    def __init__(self, model: nn.Module, sample: Tensor, num_classes: int, *, proj_dim: int,
+                 weights: list[float] | None, gen: torch.Generator, device) -> None:
         taps = taps_of(model)
         stages = [n for n in taps if n != "penultimate"]
         self.aux_stages = stages[:-1]
@@ -106,14 +120,16 @@ class ECLoss:
         out_ch = last[1]
         out_hw = last[-1] if len(last) == 4 else None
         pen_dim = shapes["penultimate"][1]
-        state = torch.random.get_rng_state()
-        torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
-        aux = nn.ModuleDict()
-        for n in self.aux_stages:
-            s = shapes[n]
-            aux[n] = AuxModule(s[1], s[-1] if len(s) == 4 else None, out_ch, out_hw, out_ch, proj_dim, num_classes)
-        aux["penultimate"] = nn.Sequential(nn.Linear(pen_dim, pen_dim), nn.ReLU(), nn.Linear(pen_dim, proj_dim))
-        torch.random.set_rng_state(state)
+        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
+        with torch.random.fork_rng(devices=[]):  # the modules are built on the CPU: its RNG is the one used
+            torch.manual_seed(seed)
+            aux = nn.ModuleDict()
+            for n in self.aux_stages:
+                s = shapes[n]
+                aux[n] = AuxModule(s[1], s[-1] if len(s) == 4 else None, out_ch, out_hw, hidden=out_ch,
+                                   proj_dim=proj_dim, num_classes=num_classes)
+            aux["penultimate"] = nn.Sequential(nn.Linear(pen_dim, pen_dim), nn.ReLU(),
+                                               nn.Linear(pen_dim, proj_dim))
         model.add_module(AUX, aux.to(device))
         self.taps = taps
         n_levels = len(self.aux_stages) + 1
@@ -126,7 +142,7 @@ class ECLoss:
         if hasattr(model, AUX):
             delattr(model, AUX)
 
-    def __call__(self, model: nn.Module, xf: Tensor, yf: Tensor, xr: Tensor, yr: Tensor, tau: float,
+    def __call__(self, model: nn.Module, xf: Tensor, yf: Tensor, xr: Tensor, yr: Tensor, *, tau: float,
                  ct_ratio: float, ce_ratio: float, single_class: bool) -> Tensor:
         aux = getattr(model, AUX)
         b = xf.shape[0]
@@ -154,7 +170,8 @@ class EraseAtTheCore(UnlearningMethod):
                        "terms)")
     # small: tuned on the VAL split like CU (contrastive.py): the reference lr 1e-3 x 3 epochs barely
     # moves the small CNN on digits (3 forget batches an epoch); lr 1e-2 with <= 10 epochs.
-    PRESETS = {"reference": {}, "small": {"lr": 1e-2, "epochs": 10}}
+    PRESETS = {"reference": {}, "small": {"lr": 1e-2, "epochs": 10}, "test": {"lr": 1e-2, "epochs": 1}}
+    CONSTRAINTS = {**EC_CONSTRAINTS, "retain_sampling_freq": AT_LEAST_ONE}
 
     lr: float = 1e-3
     momentum: float = 0.9
@@ -174,7 +191,8 @@ class EraseAtTheCore(UnlearningMethod):
         aug = data.augment if self.augment else None
         single_class = bool(data.forgotten_classes)
         sample = next(data.retain.batches(2, device=device))[0]
-        ec = ECLoss(model, sample, data.num_classes, self.proj_dim, self.weights, gen, device)
+        ec = ECLoss(model, sample, data.num_classes, proj_dim=self.proj_dim, weights=self.weights, gen=gen,
+                    device=device)
         opt = torch.optim.SGD(model.parameters(), lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
         val_forget = None
         if single_class and data.val is not None:
@@ -191,7 +209,8 @@ class EraseAtTheCore(UnlearningMethod):
                         for _ in range(self.retain_sampling_freq):
                             xr, yr = next(retain_iter)
                             xr, yr = xr[: xf.shape[0]], yr[: xf.shape[0]]
-                            loss = ec(model, xf, yf, xr, yr, self.tau, self.ct_ratio, self.ce_ratio, single_class)
+                            loss = ec(model, xf, yf, xr, yr, tau=self.tau, ct_ratio=self.ct_ratio,
+                                      ce_ratio=self.ce_ratio, single_class=single_class)
                             check_finite(loss, self.name, step)
                             opt.zero_grad(set_to_none=True)
                             loss.backward()
@@ -206,17 +225,20 @@ class EraseAtTheCore(UnlearningMethod):
                         break
         finally:
             ECLoss.detach(model)
-        return UnlearnResult(model, 0.0, stop, history)
+        return UnlearnResult(model, stop, history)
 
 
-def _make_plugin(base_name: str):
-    base_cls = METHODS.get(base_name)
+@register_plugin("ec", bases=("duck", "cola", "contrastive"))
+def ec_plugin(base_cls: type[UnlearningMethod]) -> type[UnlearningMethod]:
+    """The method ``ec+<base>``: ``base_cls`` with ``ec_weight`` x the EC loss added to every step's loss
+    (through :meth:`UnlearningMethod.with_extra_loss`), on forget / retain batches of its own."""
 
     @dataclass
     class ECPlugin(UnlearningMethod):
         """EC as a plug-in: the base method's loss + ``ec_weight`` x the EC loss at each step."""
 
         not_distributed = "the EC plug-in pairs forget with retain batches in a contrastive term"
+        CONSTRAINTS = {**EC_CONSTRAINTS, "ec_weight": NON_NEGATIVE}
 
         base: dict = field(default_factory=dict)     # the base method's hyperparameters (its defaults if empty)
         ec_weight: float = 1.0
@@ -227,11 +249,14 @@ def _make_plugin(base_name: str):
         batch_size: int = 64
         proj_dim: int = 128
 
+        def check(self) -> None:
+            base_cls(**self.base)  # the base method's hyperparameters, checked now (UserError naming it)
+
         def _unlearn(self, model, data, original, device, gen, progress):
-            base = base_cls(**self.base)
             single_class = bool(data.forgotten_classes)
             sample = next(data.retain.batches(2, device=device))[0]
-            ec = ECLoss(model, sample, data.num_classes, self.proj_dim, self.weights, gen, device)
+            ec = ECLoss(model, sample, data.num_classes, proj_dim=self.proj_dim, weights=self.weights, gen=gen,
+                    device=device)
             aug = data.augment
             f_iter = cycle(data.forget, self.batch_size, gen, device, aug)
             r_iter = cycle(data.retain, self.batch_size, gen, device, aug)
@@ -240,9 +265,10 @@ def _make_plugin(base_name: str):
                 xf, yf = next(f_iter)
                 xr, yr = next(r_iter)
                 xr, yr = xr[: xf.shape[0]], yr[: xf.shape[0]]
-                return self.ec_weight * ec(m, xf, yf, xr, yr, self.tau, self.ct_ratio, self.ce_ratio, single_class)
+                return self.ec_weight * ec(m, xf, yf, xr, yr, tau=self.tau, ct_ratio=self.ct_ratio,
+                                           ce_ratio=self.ce_ratio, single_class=single_class)
 
-            base._plugin = extra
+            base = base_cls(**self.base).with_extra_loss(extra)
             try:
                 result = base._unlearn(model, data, original, device, gen, progress)
             except NonFiniteLossError as e:
@@ -256,11 +282,6 @@ def _make_plugin(base_name: str):
     ECPlugin.paper = f"EC plug-in (seed 001) on {base_cls.paper}"
     ECPlugin.needs = frozenset(base_cls.needs | {"forget", "retain"})
     ECPlugin.reduces_forget_acc = base_cls.reduces_forget_acc
-    small_base = dict(base_cls.PRESETS.get("small", {}))
-    ECPlugin.PRESETS = {"reference": {}, "small": {"base": small_base}}
-    return register_method(f"ec+{base_name}")(ECPlugin)
-
-
-for _base in ("duck", "cola", "contrastive"):
-    if _base in METHODS:
-        _make_plugin(_base)
+    ECPlugin.PRESETS = {"reference": {}, "small": {"base": dict(base_cls.PRESETS.get("small", {}))},
+                        "test": {"base": dict(base_cls.PRESETS.get("test", {}))}}
+    return ECPlugin

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch.nn.functional as F
 
-from .base import UnlearnResult, UnlearningMethod, register_method
+from .base import UnlearningMethod, UnlearnResult, register_method
 from .common import descend, sgd
 
 
@@ -24,7 +24,8 @@ class Finetune(UnlearningMethod):
     # CIFAR-10 class-wise UA 22.5 (forget acc ~77). The suite therefore does not require a drop.
     reduces_forget_acc = False
     distributed = True  # one data part per step: runs data-parallel under torchrun
-    PRESETS = {"reference": {}, "small": {"lr": 0.01, "epochs": 5, "batch_size": 128}}
+    PRESETS = {"reference": {}, "small": {"lr": 0.01, "epochs": 5, "batch_size": 128},
+               "test": {"lr": 0.01, "epochs": 1, "batch_size": 128}}
 
     lr: float = 0.01
     epochs: int = 10
@@ -40,4 +41,4 @@ class Finetune(UnlearningMethod):
                           epochs=self.epochs, batch_size=self.batch_size, gen=gen, device=device,
                           augment=data.augment if self.augment else None, bn_mode=self.bn_mode,
                           method=self.name, label="retain_loss", progress=progress)
-        return UnlearnResult(model, 0.0, "completed", history)
+        return UnlearnResult(model, "completed", history)

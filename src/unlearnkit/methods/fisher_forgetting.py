@@ -42,13 +42,13 @@ from torch import Tensor, nn
 
 from ..data.arrays import ArrayData
 from ..progress import bar
-from .base import UnlearningMethod, UnlearnResult, register_method
+from .base import AT_LEAST_ONE, NON_NEGATIVE, UnlearningMethod, UnlearnResult, register_method
 from .common import batches, check_finite, n_batches, per_sample_grads
 
 VARIANTS = ("reference", "mirage")
 
 
-def expected_fisher(model: nn.Module, data: ArrayData, num_classes: int, chunk: int, device,
+def expected_fisher(model: nn.Module, data: ArrayData, num_classes: int, chunk: int, device, *,
                     method: str = "fisher_forgetting", pb=None) -> dict[str, Tensor]:
     """Golatkar's ``grad2_acc``: ``(1/N) sum_i sum_y p(y|x_i) * (grad CE(f(x_i), y))**2`` per parameter,
     with the model in eval mode (per-sample gradients vectorised over ``chunk`` samples at a time)."""
@@ -117,7 +117,10 @@ class FisherForgetting(UnlearningMethod):
     # digits, max_samples 256: 1e-6: 0 / 89.8, 3e-7: 0 / 100, 1e-7: 0 / 100 (~2-3 s);
     # mnist5k, max_samples 256: 1e-6: 0 / 95.6, 3e-7: 0 / 96.7, 1e-7: 0 / 96.7 (~12 s on 1 CPU thread).
     CHOICES = {"variant": VARIANTS}
-    PRESETS = {"reference": {}, "small": {"alpha": 3e-7, "max_samples": 256}}
+    PRESETS = {"reference": {}, "small": {"alpha": 3e-7, "max_samples": 256},
+               "test": {"alpha": 3e-7, "max_samples": 32}}
+    CONSTRAINTS = {"alpha": NON_NEGATIVE, "max_samples": AT_LEAST_ONE, "chunk_size": AT_LEAST_ONE,
+                   "mirage_alpha": NON_NEGATIVE}  # alpha scales a variance
 
     alpha: float = 1e-6
     max_samples: int | None = None
@@ -133,7 +136,8 @@ class FisherForgetting(UnlearningMethod):
         if self.max_samples is not None and len(retain) > self.max_samples:
             retain = retain.subset(torch.randperm(len(retain), generator=gen)[: self.max_samples])
         with bar(n_batches(retain, self.chunk_size), "fisher_forgetting", progress) as pb:
-            fisher = expected_fisher(model, retain, data.num_classes, self.chunk_size, device, self.name, pb)
+            fisher = expected_fisher(model, retain, data.num_classes, self.chunk_size, device, method=self.name,
+                                    pb=pb)
         head = head_param_names(model, data.num_classes)
         forget_classes = tuple(data.forgotten_classes)
         with torch.no_grad():
@@ -142,7 +146,7 @@ class FisherForgetting(UnlearningMethod):
                     continue
                 mu, var = fisher_mean_var(p.detach(), fisher[n], self.alpha, n in head, forget_classes)
                 p.copy_(mu + var.sqrt() * _randn_like(p, gen))
-        return UnlearnResult(model, 0.0, "completed", [{"fisher_samples": len(retain)}])
+        return UnlearnResult(model, "completed", [{"fisher_samples": len(retain)}])
 
     def _mirage(self, model, data, device, gen, progress):
         model.eval()
@@ -166,4 +170,4 @@ class FisherForgetting(UnlearningMethod):
                 w = (1.0 / (fisher[n] / max(len(data.forget), 1) + 1e-6)).clamp(max=10.0)
                 p.add_(_randn_like(p, gen) * self.mirage_alpha * w)
                 p.clamp_(-10.0, 10.0)
-        return UnlearnResult(model, 0.0, "completed", [])
+        return UnlearnResult(model, "completed", [])

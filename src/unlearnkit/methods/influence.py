@@ -35,7 +35,7 @@ from torch import Tensor, nn
 
 from ..data.arrays import ArrayData
 from ..progress import bar
-from .base import UnlearnResult, UnlearningMethod, register_method
+from .base import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UnlearningMethod, UnlearnResult, register_method
 from .common import check_finite, n_batches, per_sample_grads
 
 
@@ -89,7 +89,10 @@ class InfluenceUnlearning(UnlearningMethod):
     #   mnist5k (|v| = 0.33, a few misfit forget samples dominate): alpha 0.1: 87.5 / 95.3;
     #           0.2: 37.5 / 82.8;  0.3: 0 / 51.1;  >= 3: 0 / 11.1   (~14 s) -- no good trade-off there.
     # The preset follows digits; pass alpha ~0.2 for mnist5k.
-    PRESETS = {"reference": {}, "small": {"alpha": 50.0}}
+    PRESETS = {"reference": {}, "small": {"alpha": 50.0}, "test": {"alpha": 50.0, "num_samples": 32}}
+    # alpha: the step along +k (a negative one would add the forget data back); N > 0 divides
+    CONSTRAINTS = {"alpha": NON_NEGATIVE, "damping": POSITIVE, "num_samples": AT_LEAST_ONE,
+                   "chunk_size": AT_LEAST_ONE}
 
     alpha: float = 10.0
     damping: float = 1000.0        # N of the recursion
@@ -121,5 +124,5 @@ class InfluenceUnlearning(UnlearningMethod):
                     continue
                 p.add_(self.alpha * k[offset: offset + p.numel()].view_as(p))
                 offset += p.numel()
-        return UnlearnResult(model, 0.0, "completed",
+        return UnlearnResult(model, "completed",
                              [{"v_norm": float(v.norm()), "step_norm": float(self.alpha * k.norm())}])

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch.nn.functional as F
 
-from .base import UnlearnResult, UnlearningMethod, register_method
+from .base import NON_NEGATIVE, UnlearningMethod, UnlearnResult, register_method
 from .common import descend, sgd
 
 
@@ -43,7 +43,9 @@ class L1Sparse(UnlearningMethod):
     # on CIFAR-10 only with its ResNet-18 recipe).
     reduces_forget_acc = False
     distributed = True  # one data part per step: runs data-parallel under torchrun
-    PRESETS = {"reference": {}, "small": {"lr": 0.01, "epochs": 5, "batch_size": 64, "alpha": 1e-4}}
+    PRESETS = {"reference": {}, "small": {"lr": 0.01, "epochs": 5, "batch_size": 64, "alpha": 1e-4},
+               "test": {"lr": 0.01, "epochs": 1, "batch_size": 64, "alpha": 1e-4}}
+    CONSTRAINTS = {"alpha": NON_NEGATIVE}  # the l1 penalty's weight
 
     lr: float = 0.01
     epochs: int = 10
@@ -73,4 +75,4 @@ class L1Sparse(UnlearningMethod):
                           gen=gen, device=device, augment=data.augment if self.augment else None,
                           bn_mode=self.bn_mode, method=self.name, label="loss", progress=progress,
                           epoch_info=epoch_alpha)
-        return UnlearnResult(model, 0.0, "completed", history)
+        return UnlearnResult(model, "completed", history)

@@ -15,7 +15,8 @@ its own registered name here, next to the original (``finetune``, ``boundary_shr
   registered with that variant as their default and only value.
 
 Mirage switches to Adam (lr 1e-4, wd 1e-4) for tabular data; these keep SGD everywhere (deliberate).
-``PRESETS["small"]`` only turns augmentation off: Mirage's MNIST transform has none.
+``PRESETS["small"]`` only turns augmentation off: Mirage's MNIST transform has none (``"test"``: also
+one epoch).
 """
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ from .fisher_forgetting import FisherForgetting
 from .ssd import SelectiveSynapticDampening
 from .unsir import UNSIR
 
-NO_AUGMENT = {"reference": {}, "small": {"augment": False}}
-PLAIN = {"reference": {}, "small": {}}
+NO_AUGMENT = {"reference": {}, "small": {"augment": False}, "test": {"augment": False, "epochs": 1}}
+PLAIN = {"reference": {}, "small": {}, "test": {}}
 
 
 class _MirageVariant:
@@ -93,7 +94,7 @@ class BoundaryMirage(UnlearningMethod):
         history = descend(model, opt, data.forget, loss_fn, epochs=self.epochs, batch_size=self.batch_size,
                           gen=gen, device=device, augment=data.augment if self.augment else None,
                           bn_mode=self.bn_mode, method=self.name, label="loss", progress=progress)
-        return UnlearnResult(model, 0.0, "completed", history)
+        return UnlearnResult(model, "completed", history)
 
 
 @torch.no_grad()
@@ -133,7 +134,7 @@ class AmnesiacMirage(_MirageVariant, Amnesiac):
     original = "amnesiac"
     paper = ("Mirage's Amnesiac baseline (YuZhenyuLindy/Mirage mirage_lib.py::amnesiac_unlearn): CE on D_f "
              "with uniform random labels, no stored-update removal (not Graves et al.'s)")
-    PRESETS = PLAIN
+    PRESETS = {**PLAIN, "test": {"epochs": 1}}
 
     variant: str = "mirage"
     lr: float = 1e-3
@@ -147,6 +148,6 @@ class UNSIRMirage(_MirageVariant, UNSIR):
     original = "unsir"
     paper = ("Mirage's UNSIR baseline (YuZhenyuLindy/Mirage mirage_lib.py::unsir_unlearn): ascent on D_f, "
              "N(0, 0.1^2) weight noise, repair on D_r (no error-maximising noise, unlike Tarun et al.)")
-    PRESETS = PLAIN
+    PRESETS = {**PLAIN, "test": {"mirage_epochs": 1}}
 
     variant: str = "mirage"

@@ -36,19 +36,19 @@ Deliberate differences from the code:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..errors import UserError
+from ..data.arrays import Augment
 from ..models.features import capture
 from ..models.zoo import audit_layers
 from ..progress import bar
-from .base import UnlearnResult, UnlearningMethod, register_method
-from .common import (batches, check_finite, cycle, kl_with_temperature, n_batches, per_sample_eval,
-                     set_train_mode, sgd)
+from .base import NON_NEGATIVE, POSITIVE, UNIT, Interval, MethodData, UnlearningMethod, UnlearnResult, register_method
+from .common import batches, check_finite, cycle, kl_with_temperature, n_batches, per_sample_eval, set_train_mode, sgd
 
 OBJECTIVES = ("kl", "ga")
 TARGETS = ("retain_confusion", "uniform")
@@ -103,6 +103,59 @@ def forget_target(target: str, original: nn.Module, retain, num_classes: int, de
     return mean_softmax(original, retain, device).unsqueeze(0)
 
 
+@dataclass
+class PurgeRun:
+    """The fixed pieces of one PURGE run, built once by :meth:`Purge._prepare`."""
+
+    model: nn.Module
+    original: nn.Module
+    data: MethodData
+    device: torch.device
+    aug: Augment | None
+    layers: list[str]
+    params: list[Tensor]
+    opt: torch.optim.Optimizer
+    p_r: Tensor             # the [1, K] distribution the forget outputs are pulled to
+    log_k: float
+    fa_target: float        # forget accuracy in percent
+    budget: float           # the retain CE that stops the run
+
+    def forget_acc(self) -> float:
+        """Forget accuracy (percent) on the whole D_f, evaluation transform."""
+        _, pred = per_sample_eval(self.model, self.data.forget, self.device)
+        return float((pred == self.data.forget.y).float().mean() * 100)
+
+
+class StepStats(NamedTuple):
+    """What one :meth:`Purge._step` reports: the forget CE and retain loss before the step, the
+    representation loss (0 on a retain-only step), and whether the step was retain-only / projected."""
+
+    forget_ce: float
+    retain_loss: float
+    rep_loss: float
+    gated: bool
+    projected: bool
+
+
+@dataclass
+class EpochStats:
+    """Sums and counts over the steps of one epoch; ``fa_reached``: the in-epoch FA check fired."""
+
+    sums: dict[str, float] = field(default_factory=lambda: {"forget_ce": 0.0, "retain_loss": 0.0, "rep_loss": 0.0})
+    n_steps: int = 0
+    n_proj: int = 0
+    n_gated: int = 0
+    fa_reached: bool = False
+
+    def add(self, step: StepStats) -> None:
+        self.sums["forget_ce"] += step.forget_ce
+        self.sums["retain_loss"] += step.retain_loss
+        self.sums["rep_loss"] += step.rep_loss
+        self.n_proj += int(step.projected)
+        self.n_gated += int(step.gated)
+        self.n_steps += 1
+
+
 @register_method("purge", "PURGE")
 @dataclass
 class Purge(UnlearningMethod):
@@ -119,7 +172,14 @@ class Purge(UnlearningMethod):
     #   lr 5e-4, batch 128 (the YAML): digits 100 / 99.2 -- 2 steps an epoch, max_epochs reached
     #   lr 1e-3: mnist5k 10.0 / 96.4 (epoch 4); lr 5e-3: digits 0.0 / 99.2, mnist5k 0.0 / 92.8;
     #   lr 1e-2: mnist5k 0.0 / 64.4 (retain_budget); kd_weight 0 at lr 3e-3: mnist5k 5.0 / 67.8
-    PRESETS = {"reference": {}, "small": {"lr": 3e-3, "batch_size": 32, "fa_check_freq": 5}}
+    PRESETS = {"reference": {}, "small": {"lr": 3e-3, "batch_size": 32, "fa_check_freq": 5},
+               "test": {"lr": 3e-3, "batch_size": 256, "fa_check_freq": 5, "epochs": 1}}
+    CHOICES = {"forget_objective": OBJECTIVES, "target": TARGETS}
+    # weights of loss terms >= 0, a KD temperature and a clip norm > 0, the entropy gate a fraction of
+    # log K, fa_target a forget accuracy in percent (< 0: never reached), fa_check_freq 0 = only at epoch ends
+    CONSTRAINTS = {"max_grad_norm": POSITIVE, "rep_weight": NON_NEGATIVE, "kd_weight": NON_NEGATIVE,
+                   "temperature": POSITIVE, "forget_gate": UNIT, "fa_target": Interval(None, 100),
+                   "fa_check_freq": NON_NEGATIVE, "retain_budget_factor": POSITIVE}
 
     lr: float = 5e-4
     epochs: int = 15
@@ -141,110 +201,130 @@ class Purge(UnlearningMethod):
     augment: bool = True
     bn_mode: str = "frozen"
 
-    def _check(self) -> None:
-        if self.forget_objective not in OBJECTIVES:
-            raise UserError(f"purge: forget_objective must be one of {OBJECTIVES}, "
-                            f"not {self.forget_objective!r}")
-        if self.target not in TARGETS:
-            raise UserError(f"purge: target must be one of {TARGETS}, not {self.target!r}")
-
     def _unlearn(self, model, data, original, device, gen, progress):
-        self._check()
+        """PURGE's loop (run.py::purge_unlearn): :meth:`_prepare` once, then per epoch :meth:`_epoch`
+        (one pass over D_f, each forget batch paired with the next retain batch, :meth:`_step`) and
+        :meth:`_epoch_end` (FA and retain CE on the whole parts, the history row, the stop rule)."""
+        run = self._prepare(model, data, original, device)
+        retain_iter = cycle(data.retain, self.batch_size, gen, device, run.aug)
+        history, stop_reason, step = [], "max_epochs", 0
+        nf = n_batches(data.forget, self.batch_size)
+        with bar(self.epochs * nf, self.name, progress) as pb:
+            for epoch in range(self.epochs):
+                stats = self._epoch(run, retain_iter, gen, pb, step)
+                step += stats.n_steps
+                row, stop = self._epoch_end(run, epoch, stats)
+                history.append(row)
+                if stop is not None:
+                    stop_reason = stop
+                    break
+        return UnlearnResult(model, stop_reason, history)
+
+    def _prepare(self, model, data, original, device) -> PurgeRun:
+        """The fixed pieces of a run: representation layers, optimiser, the forget target (p_r or 1/K)
+        and the retain-CE budget (``retain_budget_factor`` x the retain CE before the first step)."""
         k = data.num_classes
-        log_k = math.log(k)
         fa_target = 100.0 / k if self.fa_target is None else self.fa_target
         layers = list(self.rep_layers) if self.rep_layers is not None else default_rep_layers(model)
         params = [p for p in model.parameters() if p.requires_grad]
         opt = sgd(params, self.lr, self.momentum, self.weight_decay)
         aug = data.augment if self.augment else None
-
         p_r = forget_target(self.target, original, data.retain, k, device)
         retain_ce0 = per_sample_eval(model, data.retain, device)[0].mean()
         check_finite(retain_ce0, self.name, 0)
         budget = self.retain_budget_factor * float(retain_ce0)
+        return PurgeRun(model=model, original=original, data=data, device=device, aug=aug, layers=layers,
+                        params=params, opt=opt, p_r=p_r, log_k=math.log(k), fa_target=fa_target, budget=budget)
 
-        def forget_acc() -> float:
-            _, pred = per_sample_eval(model, data.forget, device)
-            return float((pred == data.forget.y).float().mean() * 100)
+    def _epoch(self, run: PurgeRun, retain_iter, gen, pb, step: int) -> EpochStats:
+        """One pass over D_f of :meth:`_step` (``step``: the run's step count so far); it ends early
+        (``fa_reached``) when the forget accuracy, checked every ``fa_check_freq`` steps of the epoch
+        (the count restarts each epoch, as in the code), is <= ``fa_target``."""
+        set_train_mode(run.model, self.bn_mode)
+        stats = EpochStats()
+        for x_f, y_f in batches(run.data.forget, self.batch_size, gen, run.device, run.aug):
+            x_r, y_r = next(retain_iter)
+            out = self._step(run, (x_f, y_f), (x_r, y_r), step + stats.n_steps)
+            stats.add(out)
+            pb.update(1, forget_ce=out.forget_ce, retain_loss=out.retain_loss)
+            check_now = self.fa_check_freq > 0 and stats.n_steps % self.fa_check_freq == 0
+            if check_now and run.forget_acc() <= run.fa_target:
+                stats.fa_reached = True
+                break
+        return stats
 
-        def step_with(grads: list[Tensor]) -> None:
-            for p, g in zip(params, grads):
-                p.grad = g
-            torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
-            opt.step()
+    def _step(self, run: PurgeRun, forget_batch, retain_batch, step: int) -> StepStats:
+        """One PURGE step: g_r from the retain batch; then a retain-only step when the entropy gate or
+        the GA cap fires, otherwise a step with g_f alone, A-GEM projected against g_r (``project``)."""
+        (x_f, y_f), (x_r, y_r) = forget_batch, retain_batch
+        with capture(run.model, run.layers, pooled=True, detach=False) as acts:
+            out_r = run.model(x_r)
+            acts_r = {name: v.detach() for name, v in acts.items()}
+            out_f = run.model(x_f)
+            acts_f = dict(acts)
+        loss_r = self._retain_loss(run, out_r, x_r, y_r)
+        check_finite(loss_r, self.name, step)
+        g_r = _grads(loss_r, run.params)
+        with torch.no_grad():
+            probs = F.softmax(out_f, dim=1)
+            entropy = float(-(probs * probs.clamp(min=1e-8).log()).sum(1).mean())
+            ce_f = float(F.cross_entropy(out_f, y_f))
+        gated = self.forget_gate > 0 and entropy > self.forget_gate * run.log_k
+        capped = self.forget_objective == "ga" and ce_f >= run.log_k
+        if gated or capped:  # retain-only step
+            self._apply(run, g_r)
+            return StepStats(ce_f, loss_r.item(), 0.0, gated=True, projected=False)
+        loss_dir, loss_rep = self._forget_losses(run, out_f, y_f, acts_f, acts_r)
+        loss_f = loss_dir + self.rep_weight * loss_rep
+        check_finite(loss_f, self.name, step)
+        g_f, projected = _grads(loss_f, run.params), False
+        if self.project:
+            g_f, projected = agem_project(g_f, g_r)
+        self._apply(run, g_f)
+        return StepStats(ce_f, loss_r.item(), loss_rep.item(), gated=False, projected=projected)
 
-        retain_iter = cycle(data.retain, self.batch_size, gen, device, aug)
-        history, stop_reason, step = [], "max_epochs", 0
-        nf = n_batches(data.forget, self.batch_size)
-        with bar(self.epochs * nf, self.name, progress) as pb:
-            for epoch in range(self.epochs):
-                set_train_mode(model, self.bn_mode)
-                sums = {"forget_ce": 0.0, "retain_loss": 0.0, "rep_loss": 0.0}
-                n_steps = n_proj = n_gated = 0
-                fa_reached = False
-                for x_f, y_f in batches(data.forget, self.batch_size, gen, device, aug):
-                    x_r, y_r = next(retain_iter)
-                    with capture(model, layers, pooled=True, detach=False) as acts:
-                        out_r = model(x_r)
-                        acts_r = {name: v.detach() for name, v in acts.items()}
-                        out_f = model(x_f)
-                        acts_f = dict(acts)
-                    with torch.no_grad():
-                        orig_r = original(x_r)
-                    loss_r = F.cross_entropy(out_r, y_r) + self.kd_weight * kl_with_temperature(
-                        out_r, orig_r, self.temperature)
-                    check_finite(loss_r, self.name, step)
-                    g_r = _grads(loss_r, params)
-                    with torch.no_grad():
-                        probs = F.softmax(out_f, dim=1)
-                        entropy = float(-(probs * probs.clamp(min=1e-8).log()).sum(1).mean())
-                        ce_f = float(F.cross_entropy(out_f, y_f))
-                    gated = self.forget_gate > 0 and entropy > self.forget_gate * log_k
-                    capped = self.forget_objective == "ga" and ce_f >= log_k
-                    rep_val = 0.0
-                    if gated or capped:  # retain-only step
-                        step_with(g_r)
-                        n_gated += 1
-                    else:
-                        if self.forget_objective == "ga":
-                            loss_dir = -F.cross_entropy(out_f, y_f)
-                        else:
-                            loss_dir = F.kl_div(F.log_softmax(out_f, dim=1), p_r.expand_as(out_f),
-                                                reduction="batchmean")
-                        loss_rep = representation_erasure(acts_f, acts_r) if layers else out_f.new_zeros(())
-                        loss_f = loss_dir + self.rep_weight * loss_rep
-                        check_finite(loss_f, self.name, step)
-                        g_f = _grads(loss_f, params)
-                        if self.project:
-                            g_f, projected = agem_project(g_f, g_r)
-                            n_proj += int(projected)
-                        step_with(g_f)
-                        rep_val = loss_rep.item()
-                    sums["forget_ce"] += ce_f
-                    sums["retain_loss"] += loss_r.item()
-                    sums["rep_loss"] += rep_val
-                    n_steps += 1
-                    step += 1
-                    pb.update(1, forget_ce=ce_f, retain_loss=loss_r.item())
-                    check_now = self.fa_check_freq > 0 and n_steps % self.fa_check_freq == 0
-                    if check_now and forget_acc() <= fa_target:
-                        fa_reached = True
-                        break
-                fa = forget_acc()
-                retain_ce = float(per_sample_eval(model, data.retain, device)[0].mean())
-                history.append({
-                    "epoch": epoch + 1, "steps": n_steps,
-                    **{key: v / max(n_steps, 1) for key, v in sums.items()},
-                    "proj_rate": n_proj / max(n_steps - n_gated, 1), "gate_rate": n_gated / max(n_steps, 1),
-                    "forget_acc": fa, "retain_ce": retain_ce, "retain_budget": budget,
-                })
-                if retain_ce > budget:
-                    stop_reason = "retain_budget"
-                    break
-                if fa_reached or fa <= fa_target:
-                    stop_reason = "fa_target"
-                    break
-        return UnlearnResult(model, 0.0, stop_reason, history)
+    def _retain_loss(self, run: PurgeRun, out_r: Tensor, x_r: Tensor, y_r: Tensor) -> Tensor:
+        """``CE(out_r, y_r) + kd_weight * KL(original || model, temperature T) * T^2`` on the retain batch."""
+        with torch.no_grad():
+            orig_r = run.original(x_r)
+        return F.cross_entropy(out_r, y_r) + self.kd_weight * kl_with_temperature(out_r, orig_r, self.temperature)
+
+    def _forget_losses(self, run: PurgeRun, out_f: Tensor, y_f: Tensor, acts_f: dict[str, Tensor],
+                       acts_r: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        """``(L_dir, L_rep)``: ``-CE`` (``"ga"``) or ``KL(target || softmax(out_f))`` (``"kl"``), and the
+        representation erasure over ``rep_layers`` (0 when there are none)."""
+        if self.forget_objective == "ga":
+            loss_dir = -F.cross_entropy(out_f, y_f)
+        else:
+            loss_dir = F.kl_div(F.log_softmax(out_f, dim=1), run.p_r.expand_as(out_f), reduction="batchmean")
+        loss_rep = representation_erasure(acts_f, acts_r) if run.layers else out_f.new_zeros(())
+        return loss_dir, loss_rep
+
+    def _apply(self, run: PurgeRun, grads: list[Tensor]) -> None:
+        """An optimiser step with ``grads`` as the gradients, clipped to ``max_grad_norm``."""
+        for p, g in zip(run.params, grads):
+            p.grad = g
+        torch.nn.utils.clip_grad_norm_(run.params, self.max_grad_norm)
+        run.opt.step()
+
+    def _epoch_end(self, run: PurgeRun, epoch: int, stats: EpochStats) -> tuple[dict, str | None]:
+        """The epoch's history row and stop reason (None: go on): ``"retain_budget"`` when the retain CE
+        on D_r exceeds the budget (checked first, as the code does), ``"fa_target"`` when the FA on D_f
+        (here or within the epoch) is <= the target."""
+        fa = run.forget_acc()
+        retain_ce = float(per_sample_eval(run.model, run.data.retain, run.device)[0].mean())
+        n_steps = stats.n_steps
+        row = {
+            "epoch": epoch + 1, "steps": n_steps,
+            **{key: v / max(n_steps, 1) for key, v in stats.sums.items()},
+            "proj_rate": stats.n_proj / max(n_steps - stats.n_gated, 1), "gate_rate": stats.n_gated / max(n_steps, 1),
+            "forget_acc": fa, "retain_ce": retain_ce, "retain_budget": run.budget,
+        }
+        if retain_ce > run.budget:
+            return row, "retain_budget"
+        if stats.fa_reached or fa <= run.fa_target:
+            return row, "fa_target"
+        return row, None
 
 
 def _grads(loss: Tensor, params: list[Tensor]) -> list[Tensor]:

@@ -20,12 +20,11 @@ from typing import Callable
 import torch.nn.functional as F
 
 from ..progress import bar
-from .base import UnlearnResult, UnlearningMethod, register_method
-from .common import (batches, check_finite, global_batch_len, local_rows, n_batches, random_labels,
-                     set_train_mode, sgd)
+from .base import UnlearningMethod, UnlearnResult, register_method
+from .common import batches, check_finite, global_batch_len, local_rows, n_batches, random_labels, set_train_mode, sgd
 
 
-def random_label_epoch(model, opt, data, batch_size, gen, device, aug, name, step, pb,
+def random_label_epoch(model, opt, data, *, batch_size, gen, device, aug, name, step, pb,
                        after_step: Callable[[str], None] | None = None) -> tuple[float, float, int]:
     """One RL epoch (forget pass with uniform random labels, then retain pass).
 
@@ -74,7 +73,8 @@ class RandomLabel(UnlearningMethod):
     # lr 0.005 x 3 ep 67/98.8. mnist5k, seed 0: lr 0.01 x 3 ep 22.5/96.4, lr 0.015 x 2 ep 7.5/96.4,
     # lr 0.02 x 2 ep 0/96.4, lr 0.015 x 3 ep 0/93.6. Chosen: lr 0.015 x 2 epochs (best retain on
     # digits, ~20 s on mnist5k); lr 0.02 forgets mnist5k fully at some retain risk on digits.
-    PRESETS = {"reference": {}, "small": {"lr": 0.015, "epochs": 2, "batch_size": 64}}
+    PRESETS = {"reference": {}, "small": {"lr": 0.015, "epochs": 2, "batch_size": 64},
+               "test": {"lr": 0.015, "epochs": 1, "batch_size": 64}}
 
     lr: float = 0.01
     epochs: int = 10
@@ -93,7 +93,7 @@ class RandomLabel(UnlearningMethod):
         with bar(total, self.name, progress) as pb:
             for epoch in range(self.epochs):
                 set_train_mode(model, self.bn_mode)
-                f, r, step = random_label_epoch(model, opt, data, self.batch_size, gen, device, aug,
-                                                self.name, step, pb)
+                f, r, step = random_label_epoch(model, opt, data, batch_size=self.batch_size, gen=gen,
+                                                device=device, aug=aug, name=self.name, step=step, pb=pb)
                 history.append({"epoch": epoch + 1, "forget_random_ce": f, "retain_loss": r})
-        return UnlearnResult(model, 0.0, "completed", history)
+        return UnlearnResult(model, "completed", history)

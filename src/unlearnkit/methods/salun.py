@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..progress import bar
-from .base import UnlearnResult, UnlearningMethod, register_method
+from .base import Interval, UnlearningMethod, UnlearnResult, register_method
 from .common import check_finite, n_batches, set_train_mode, sgd
 from .random_label import random_label_epoch
 
@@ -97,7 +97,9 @@ class SalUn(UnlearningMethod):
     # lr 0.02 x 3 ep 0/97.9, lr 0.05 x 2 ep 0/94.8. mnist5k, seed 0: lr 0.02 x 2 ep 0/96.1 (23 s),
     # lr 0.02 x 3 ep 0/95.6 (47 s). Chosen: lr 0.02 x 2 epochs (full forgetting on both, mnist5k
     # within the time budget).
-    PRESETS = {"reference": {}, "small": {"lr": 0.02, "epochs": 2, "batch_size": 64}}
+    PRESETS = {"reference": {}, "small": {"lr": 0.02, "epochs": 2, "batch_size": 64},
+               "test": {"lr": 0.02, "epochs": 1, "batch_size": 256}}
+    CONSTRAINTS = {"mask_ratio": Interval(0, 1, "right")}  # the salient fraction of the weights (1: RL)
 
     lr: float = 0.013
     epochs: int = 10
@@ -121,7 +123,8 @@ class SalUn(UnlearningMethod):
         with bar(total, self.name, progress) as pb:
             for epoch in range(self.epochs):
                 set_train_mode(model, self.bn_mode)
-                f, r, step = random_label_epoch(model, opt, data, self.batch_size, gen, device, aug,
-                                                self.name, step, pb, after_step=masked)
+                f, r, step = random_label_epoch(model, opt, data, batch_size=self.batch_size, gen=gen,
+                                                device=device, aug=aug, name=self.name, step=step, pb=pb,
+                                                after_step=masked)
                 history.append({"epoch": epoch + 1, "forget_random_ce": f, "retain_loss": r})
-        return UnlearnResult(model, 0.0, "completed", history)
+        return UnlearnResult(model, "completed", history)

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from ..progress import bar
-from .base import UnlearnResult, UnlearningMethod, register_method
+from .base import NON_NEGATIVE, POSITIVE, Interval, UnlearningMethod, UnlearnResult, register_method
 from .common import batches, check_finite, kl_with_temperature, n_batches, set_train_mode, sgd
 
 
@@ -48,7 +48,11 @@ class Scrub(UnlearningMethod):
     # batches 512/256 100/99.2 (one forget batch: too few max-steps); lr 1e-3 with 128/64 0/99.2.
     # mnist5k, seed 0, 128/64: lr 1e-3 0/96.4, lr 2e-3 0/95.8 (~35 s on a shared 2-core CPU).
     # Chosen: lr 1e-3, forget batch 128, retain batch 64 (the reference's 2:1 ratio).
-    PRESETS = {"reference": {}, "small": {"lr": 1e-3, "forget_batch_size": 128, "retain_batch_size": 64}}
+    PRESETS = {"reference": {}, "small": {"lr": 1e-3, "forget_batch_size": 128, "retain_batch_size": 64},
+               "test": {"lr": 1e-3, "forget_batch_size": 128, "retain_batch_size": 64, "epochs": 1}}
+    # loss weights >= 0, the distillation temperature > 0, the lr decay factor in (0, 1]
+    CONSTRAINTS = {"msteps": NON_NEGATIVE, "gamma": NON_NEGATIVE, "alpha": NON_NEGATIVE, "kd_T": POSITIVE,
+                   "lr_decay_rate": Interval(0, 1, "right")}
 
     lr: float = 5e-4
     epochs: int = 3
@@ -108,4 +112,4 @@ class Scrub(UnlearningMethod):
                     pb.update(1, retain_loss=value)
                 history.append({"epoch": epoch, "lr": lr, "max_steps": max_steps,
                                 "forget_kl": kl_f / max(1, max_steps), "retain_loss": tot_r / max(1, nr)})
-        return UnlearnResult(model, 0.0, "completed", history)
+        return UnlearnResult(model, "completed", history)

@@ -31,13 +31,13 @@ from torch import Tensor, nn
 
 from ..data.arrays import ArrayData
 from ..progress import bar
-from .base import UnlearningMethod, UnlearnResult, register_method
+from .base import POSITIVE, UNIT, UnlearningMethod, UnlearnResult, register_method
 from .common import check_finite, n_batches
 
 VARIANTS = ("reference", "mirage")
 
 
-def grad_importance(model: nn.Module, data: ArrayData, batch_size: int, device, method: str,
+def grad_importance(model: nn.Module, data: ArrayData, batch_size: int, device, method: str, *,
                     power: int = 2, reduce: str = "mean", pb=None, gen: torch.Generator | None = None
                     ) -> dict[str, Tensor]:
     """Per-parameter importance: ``|grad CE_batch|**power`` summed over the batches of ``data``
@@ -100,8 +100,10 @@ class SelectiveSynapticDampening(UnlearningMethod):
     # matched the numbers above. 2.25 forgets on both machines' digits models; mnist5k keeps 3.
     # lambda < 1 only lowered retain accuracy (alpha 3, lambda 0.3: 0 / 89.1 on digits, earlier machine).
     CHOICES = {"variant": VARIANTS}
-    PRESETS = {"reference": {}, "small": {"selection_weighting": 3.0},
+    PRESETS = {"reference": {}, "small": {"selection_weighting": 3.0}, "test": {"selection_weighting": 3.0},
                "small@digits": {"selection_weighting": 2.25}}
+    # alpha and lambda scale importance ratios (> 0); Mirage's variant keeps 1 - damping of a weight
+    CONSTRAINTS = {"selection_weighting": POSITIVE, "dampening_constant": POSITIVE, "mirage_damping": UNIT}
 
     selection_weighting: float = 10.0   # alpha
     dampening_constant: float = 1.0     # lambda
@@ -123,13 +125,13 @@ class SelectiveSynapticDampening(UnlearningMethod):
         n_sel = sum(selected.values())
         n_all = sum(v.numel() for v in imp_f.values())
         history = [{"selected": n_sel, "selected_fraction": n_sel / n_all}]
-        return UnlearnResult(model, 0.0, "completed", history)
+        return UnlearnResult(model, "completed", history)
 
     def _mirage(self, model, data, device, gen, progress):
         bs = self.mirage_batch_size
         with bar(n_batches(data.forget, bs) + n_batches(data.retain, bs), "ssd (mirage)", progress) as pb:
-            imp_f = grad_importance(model, data.forget, bs, device, self.name, 1, "sum", pb, gen)
-            imp_r = grad_importance(model, data.retain, bs, device, self.name, 1, "sum", pb, gen)
+            imp_f = grad_importance(model, data.forget, bs, device, self.name, power=1, reduce="sum", pb=pb, gen=gen)
+            imp_r = grad_importance(model, data.retain, bs, device, self.name, power=1, reduce="sum", pb=pb, gen=gen)
         n_sel = 0
         with torch.no_grad():
             for n, p in model.named_parameters():
@@ -137,4 +139,4 @@ class SelectiveSynapticDampening(UnlearningMethod):
                     mask = (imp_f[n] / (imp_r[n] + 1e-8) > 1.0).float()
                     p.mul_(1.0 - mask * self.mirage_damping)
                     n_sel += int(mask.sum())
-        return UnlearnResult(model, 0.0, "completed", [{"selected": n_sel}])
+        return UnlearnResult(model, "completed", [{"selected": n_sel}])

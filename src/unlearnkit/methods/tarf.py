@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -69,13 +70,14 @@ from torch import Tensor
 from ..data.arrays import ArrayData
 from ..errors import UserError
 from ..progress import bar
-from .base import UnlearnResult, UnlearningMethod, register_method
+from .base import AT_LEAST_ONE, NON_NEGATIVE, OPEN_UNIT, UnlearningMethod, UnlearnResult, register_method
 from .common import batches, check_finite, cycle, n_batches, per_sample_eval, set_train_mode, sgd
 
 BETA_RULES = ("quantile", "per_class", "none")
 IDENTIFIED = ("ascend", "drop")
 PHASE2_EPOCHS = ("ascent", "retain")
 CLASS_SCORES = ("accuracy", "icon")
+Batch = tuple[Tensor, Tensor]
 
 
 def ga_weight(t: float, k: float, epochs: int, t0: float) -> float:
@@ -141,7 +143,13 @@ class Tarf(UnlearningMethod):
     #   (85.3); lr 1e-3 with phase2_epoch="retain" diverges on mnist5k (val retain 11.1); the inferred
     #   reference values (lr 0.01, batch 256, t1 1) give digits 0.0 / 99.2 but find only 26 % of the
     #   hidden 8s. Mismatch-task numbers: module docstring.
-    PRESETS = {"reference": {}, "small": {"lr": 1.5e-3, "batch_size": 32, "t1": 3}}
+    PRESETS = {"reference": {}, "small": {"lr": 1.5e-3, "batch_size": 32, "t1": 3},
+               "test": {"lr": 1.5e-3, "batch_size": 32, "epochs": 3, "t1": 1, "t0": 1}}  # one epoch per phase
+    CHOICES = {"beta_rule": BETA_RULES, "identified": IDENTIFIED, "phase2_epoch": PHASE2_EPOCHS,
+               "class_score": CLASS_SCORES}
+    # k(t) >= 0 (an ascent weight), t0 / t1 in epochs, beta's quantile strictly inside (0, 1) (Eq. 3)
+    CONSTRAINTS = {"k": NON_NEGATIVE, "t0": NON_NEGATIVE, "t1": NON_NEGATIVE, "beta_quantile": OPEN_UNIT,
+                   "n_target_classes": AT_LEAST_ONE}
 
     lr: float = 0.01
     epochs: int = 10
@@ -166,19 +174,30 @@ class Tarf(UnlearningMethod):
         """``T - t0``: the epoch at which k(t) reaches 0 and Phase III starts."""
         return self.epochs - self.t0
 
-    def _check(self) -> None:
-        if self.beta_rule not in BETA_RULES:
-            raise UserError(f"tarf: beta_rule must be one of {BETA_RULES}, not {self.beta_rule!r}")
-        if self.identified not in IDENTIFIED:
-            raise UserError(f"tarf: identified must be one of {IDENTIFIED}, not {self.identified!r}")
-        if self.phase2_epoch not in PHASE2_EPOCHS:
-            raise UserError(f"tarf: phase2_epoch must be one of {PHASE2_EPOCHS}, not {self.phase2_epoch!r}")
-        if self.class_score not in CLASS_SCORES:
-            raise UserError(f"tarf: class_score must be one of {CLASS_SCORES}, not {self.class_score!r}")
+    def check(self) -> None:
         if self.beta_rule != "none" and self.t1 < 1:
             raise UserError("tarf: t1 must be >= 1 to identify data (I_con after no ascent is 0)")
         if self.beta_rule == "per_class" and not self.n_target_classes:
             raise UserError("tarf: beta_rule='per_class' needs n_target_classes (target classes in D_un)")
+
+    @classmethod
+    def task_defaults(cls, split, given: dict) -> dict:
+        """The identification rule the task implies (seed 002, §3.15), unless the user set ``beta_rule``.
+
+        No false-remaining data exists in class/sample forgetting, all-matched and model-mismatch tasks,
+        so nothing is identified (``beta_rule="none"``); in target mismatch the number of D_un classes
+        belonging to the target is assumed known (per-class rule, scored by I_con, which picked the
+        right class where the accuracy score did not); data mismatch uses the top-10 % quantile rule.
+        """
+        if "beta_rule" in given:
+            return given
+        task = split.spec.task if split.spec.kind == "concept" else None
+        if task == "target_mismatch":
+            return {**given, "beta_rule": "per_class", "n_target_classes": len(split.spec.concept) - 1,
+                    "class_score": given.get("class_score", "icon")}
+        if task == "data_mismatch":
+            return {**given, "beta_rule": "quantile"}
+        return {**given, "beta_rule": "none"}
 
     def identify(self, retain: ArrayData, loss_o: Tensor, pred_o: Tensor, loss_t1: Tensor, pred_t1: Tensor
                  ) -> tuple[Tensor, float | None]:
@@ -193,7 +212,9 @@ class Tarf(UnlearningMethod):
         return icon >= beta, beta
 
     def _unlearn(self, model, data, original, device, gen, progress):
-        self._check()
+        """TARF epoch by epoch (Eq. 3): theta_o's per-sample losses on D_un before the first step; at
+        ``t = t1`` :meth:`_identify_at_t1` splits D_un into the kept part and the identified D_U; each
+        epoch then takes the steps of its phase (:meth:`_phase_pairs`, :meth:`_epoch_steps`)."""
         opt = sgd(model.parameters(), self.lr, self.momentum, self.weight_decay)
         aug = data.augment if self.augment else None
         forget, un = data.forget, data.retain
@@ -201,60 +222,90 @@ class Tarf(UnlearningMethod):
         check_finite(loss_o.sum(), self.name, 0)
         ascend, keep = forget, un
         last = self.epochs if self.phase3 else min(self.epochs, max(self.ga_end, self.t1))
-        phases = [phase_of(t, self.t1, self.ga_end) for t in range(last)]
-        total = sum(n_batches(forget if p == 1 or (p == 2 and self.phase2_epoch == "ascent") else un,
-                              self.batch_size) for p in phases)  # an estimate: D_U joins after t1
         history, step, n_identified = [], 0, 0
-        with bar(total, self.name, progress) as pb:
+        with bar(self._estimated_steps(last, forget, un), self.name, progress) as pb:
             for t in range(last):
                 phase = phase_of(t, self.t1, self.ga_end)
                 kt = ga_weight(t, self.k, self.epochs, self.t0)
                 entry = {"epoch": t + 1, "t": t, "phase": phase, "k": kt}
                 if t == self.t1 and t > 0:
-                    loss_t1, pred_t1 = per_sample_eval(model, un, device)
-                    mask, beta = self.identify(un, loss_o, pred_o, loss_t1, pred_t1)
-                    n_identified = int(mask.sum())
-                    keep = un.subset(torch.nonzero(~mask).flatten())
-                    if self.identified == "ascend" and n_identified:
-                        ascend = ArrayData.concat([forget, un.subset(torch.nonzero(mask).flatten())])
-                    entry.update(beta=beta, identified_index=un.index[mask].tolist())
+                    ascend, keep, n_identified, found = self._identify_at_t1(model, forget, un, loss_o, pred_o,
+                                                                             device)
+                    entry.update(found)
                 set_train_mode(model, self.bn_mode)
-                ga_sum = gd_sum = 0.0
-                n_steps = 0
-                if phase == 1:
-                    pairs = ((b, None) for b in batches(forget, self.batch_size, gen, device, aug))
-                elif len(keep) == 0:  # everything identified: nothing to descend on
-                    pairs = (((b, None) for b in batches(ascend, self.batch_size, gen, device, aug))
-                             if phase == 2 else ())
-                elif phase == 2 and self.phase2_epoch == "ascent":
-                    kept = cycle(keep, self.batch_size, gen, device, aug)
-                    pairs = ((b, next(kept)) for b in batches(ascend, self.batch_size, gen, device, aug))
-                else:
-                    asc = cycle(ascend, self.batch_size, gen, device, aug) if phase == 2 else None
-                    pairs = ((next(asc) if asc else None, b)
-                             for b in batches(keep, self.batch_size, gen, device, aug))
+                pairs = self._phase_pairs(phase, forget, ascend, keep, gen=gen, device=device, aug=aug)
                 scale = len(keep) / max(len(un), 1)
-                for b_a, b_k in pairs:
-                    loss = torch.zeros((), device=device)
-                    if b_a is not None:
-                        ce_a = F.cross_entropy(model(b_a[0]), b_a[1])
-                        loss = loss - kt * ce_a
-                        ga_sum += ce_a.item()
-                    if b_k is not None:
-                        ce_k = F.cross_entropy(model(b_k[0]), b_k[1])
-                        loss = loss + scale * ce_k
-                        gd_sum += ce_k.item()
-                    check_finite(loss, self.name, step)
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    opt.step()
-                    n_steps += 1
-                    step += 1
-                    pb.update(1, phase=phase, loss=loss.item())
+                ga_sum, gd_sum, n_steps = self._epoch_steps(model, opt, pairs, kt=kt, scale=scale, phase=phase,
+                                                            step=step, device=device, pb=pb)
+                step += n_steps
                 has_ga, has_gd = phase < 3, phase > 1 and len(keep) > 0
                 entry.update(steps=n_steps, n_identified=n_identified,
                              ascent_ce=ga_sum / max(n_steps, 1) if has_ga else None,
                              retain_ce=gd_sum / max(n_steps, 1) if has_gd else None)
                 history.append(entry)
         stop = "completed" if last == self.epochs else "no_phase3"
-        return UnlearnResult(model, 0.0, stop, history)
+        return UnlearnResult(model, stop, history)
+
+    def _estimated_steps(self, last: int, forget: ArrayData, un: ArrayData) -> int:
+        """The progress bar's length for epochs ``0..last-1``: an estimate, as D_U joins the ascent
+        set only after t1."""
+        phases = [phase_of(t, self.t1, self.ga_end) for t in range(last)]
+        return sum(n_batches(forget if p == 1 or (p == 2 and self.phase2_epoch == "ascent") else un,
+                             self.batch_size) for p in phases)
+
+    def _identify_at_t1(self, model, forget: ArrayData, un: ArrayData, loss_o: Tensor, pred_o: Tensor, device
+                        ) -> tuple[ArrayData, ArrayData, int, dict]:
+        """I_con at theta_t1 and the identification rule (:meth:`identify`). Returns the ascent set
+        (D_f, plus D_U when ``identified="ascend"``), the kept D_un (tau = 1), the number identified and
+        the history fields ``beta`` and ``identified_index``."""
+        loss_t1, pred_t1 = per_sample_eval(model, un, device)
+        mask, beta = self.identify(un, loss_o, pred_o, loss_t1, pred_t1)
+        n_identified = int(mask.sum())
+        keep = un.subset(torch.nonzero(~mask).flatten())
+        ascend = forget
+        if self.identified == "ascend" and n_identified:
+            ascend = ArrayData.concat([forget, un.subset(torch.nonzero(mask).flatten())])
+        return ascend, keep, n_identified, {"beta": beta, "identified_index": un.index[mask].tolist()}
+
+    def _phase_pairs(self, phase: int, forget: ArrayData, ascend: ArrayData, keep: ArrayData, *, gen, device,
+                     aug) -> Iterator[tuple[Batch | None, Batch | None]]:
+        """The (ascent batch, kept batch) pairs of one epoch, either may be None. Phase I: one pass over
+        D_f alone; Phase II: one pass over the ascent set with a kept batch cycled beside each
+        (``phase2_epoch="ascent"``), or one pass over the kept D_un with the ascent batches cycled
+        (``"retain"``); Phase III: one pass over the kept D_un alone. With nothing kept, Phase II
+        ascends alone and Phase III has no steps."""
+        if phase == 1:
+            return ((b, None) for b in batches(forget, self.batch_size, gen, device, aug))
+        if len(keep) == 0:  # everything identified: nothing to descend on
+            return (((b, None) for b in batches(ascend, self.batch_size, gen, device, aug))
+                    if phase == 2 else iter(()))
+        if phase == 2 and self.phase2_epoch == "ascent":
+            kept = cycle(keep, self.batch_size, gen, device, aug)
+            return ((b, next(kept)) for b in batches(ascend, self.batch_size, gen, device, aug))
+        asc = cycle(ascend, self.batch_size, gen, device, aug) if phase == 2 else None
+        return ((next(asc) if asc else None, b) for b in batches(keep, self.batch_size, gen, device, aug))
+
+    def _epoch_steps(self, model, opt, pairs, *, kt: float, scale: float, phase: int, step: int, device, pb
+                     ) -> tuple[float, float, int]:
+        """One epoch's steps, per pair ``loss = -k(t) * CE(ascent batch) + scale * CE(kept batch)``
+        (``scale = |kept| / |D_un|``, Eq. 3's normalisation); ``step``: the run's steps so far. Returns
+        the summed ascent CE, the summed kept CE and the number of steps."""
+        ga_sum = gd_sum = 0.0
+        n_steps = 0
+        for b_a, b_k in pairs:
+            loss = torch.zeros((), device=device)
+            if b_a is not None:
+                ce_a = F.cross_entropy(model(b_a[0]), b_a[1])
+                loss = loss - kt * ce_a
+                ga_sum += ce_a.item()
+            if b_k is not None:
+                ce_k = F.cross_entropy(model(b_k[0]), b_k[1])
+                loss = loss + scale * ce_k
+                gd_sum += ce_k.item()
+            check_finite(loss, self.name, step + n_steps)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            n_steps += 1
+            pb.update(1, phase=phase, loss=loss.item())
+        return ga_sum, gd_sum, n_steps

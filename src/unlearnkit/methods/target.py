@@ -61,7 +61,7 @@ from ..data.arrays import ArrayData
 from ..errors import UserError
 from ..models.vfl import is_vfl
 from ..progress import bar
-from .base import UnlearningMethod, UnlearnResult, register_method
+from .base import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UnlearningMethod, UnlearnResult, register_method
 from .common import check_finite, n_batches, set_train_mode, sgd
 from .unsir import first_per_class
 
@@ -141,7 +141,11 @@ class Target(UnlearningMethod):
     # Mirage's own values; few-shot, so they run in seconds on CPU and need no small variant, except
     # that the bundled data has no augmentation in Mirage's MNIST recipe.
     CHOICES = {"variant": VARIANTS}
-    PRESETS = {"reference": {}, "small": {"augment": False}}
+    PRESETS = {"reference": {}, "small": {"augment": False}, "test": {"augment": False, "epochs": 1}}
+    # Beta(alpha, alpha) needs alpha > 0; 0 retained classes / descent samples = no repair step
+    CONSTRAINTS = {"public_per_class": AT_LEAST_ONE, "public_retain_classes": NON_NEGATIVE,
+                   "mixup_alpha": POSITIVE, "luv_samples": AT_LEAST_ONE,
+                   "luv_descent_per_class": NON_NEGATIVE}
 
     variant: str = "mirage"
     lr: float = 0.01
@@ -212,7 +216,7 @@ class Target(UnlearningMethod):
                     pb.update(1, retain_ce=retain_loss)
                 history.append({"epoch": epoch + 1, "public_forget": len(pub_u), "public_retain": len(pub_r),
                                 "retain_ce": retain_loss})
-        return UnlearnResult(model, 0.0, "completed", history)
+        return UnlearnResult(model, "completed", history)
 
     def _luv(self, model, data, device, gen, progress):
         few = data.forget.subset(torch.arange(min(self.luv_samples, len(data.forget))))
@@ -240,7 +244,7 @@ class Target(UnlearningMethod):
                     step += 1
                     pb.update(1)
                 history.append({"epoch": epoch + 1, "few_shot": len(few), "descent": len(descent)})
-        return UnlearnResult(model, 0.0, "completed", history)
+        return UnlearnResult(model, "completed", history)
 
     def _luv_ascent(self, model, x, y, opt_top, opt_bottoms, step: int) -> int:
         """One LUV few-shot batch: GA on the top over mixed pairs (chunked), averaged gradients back."""

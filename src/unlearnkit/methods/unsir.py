@@ -38,7 +38,7 @@ from torch import Tensor
 
 from ..data.arrays import ArrayData
 from ..progress import bar
-from .base import UnlearningMethod, UnlearnResult, register_method
+from .base import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UnlearningMethod, UnlearnResult, register_method
 from .common import batches, check_finite, n_batches, set_train_mode
 
 VARIANTS = ("reference", "mirage")
@@ -50,7 +50,7 @@ def first_per_class(data: ArrayData, classes, per_class: int) -> ArrayData:
     return data.subset(torch.cat(idx) if idx else torch.zeros(0, dtype=torch.long))
 
 
-def error_maximizing_noise(model, label: int, shape, batch_size: int, steps: int, lr: float, l2: float,
+def error_maximizing_noise(model, label: int, shape, *, batch_size: int, steps: int, lr: float, l2: float,
                            gen: torch.Generator, device, method: str) -> Tensor:
     """UNSIR's noise for one class: maximise CE(model(N), label) with an L2 penalty (model weights fixed)."""
     noise = torch.randn((batch_size, *shape), generator=gen).to(device).requires_grad_(True)
@@ -92,7 +92,13 @@ class UNSIR(UnlearningMethod):
     CHOICES = {"variant": VARIANTS}
     PRESETS = {"reference": {},
                "small": {"impair_lr": 3e-3, "repair_lr": 1e-3, "batch_size": 64, "repair_epochs": 2,
-                         "noise_batch_size": 64, "noise_copies": 5}}
+                         "noise_batch_size": 64, "noise_copies": 5},
+               "test": {"impair_lr": 3e-3, "repair_lr": 1e-3, "batch_size": 64, "repair_epochs": 1,
+                        "noise_batch_size": 16, "noise_copies": 1, "noise_steps": 2, "retain_per_class": 10}}
+    # the noise's L2 weight and Mirage's weight-noise std >= 0, its clip norm > 0
+    CONSTRAINTS = {"noise_steps": NON_NEGATIVE, "noise_l2": NON_NEGATIVE, "noise_copies": AT_LEAST_ONE,
+                   "retain_per_class": AT_LEAST_ONE, "mirage_weight_noise": NON_NEGATIVE,
+                   "mirage_clip": POSITIVE}
 
     noise_batch_size: int = 256
     noise_steps: int = 40
@@ -123,8 +129,9 @@ class UNSIR(UnlearningMethod):
         set_train_mode(model, self.bn_mode)
         noise_x, noise_y = [], []
         for c in classes:
-            nz = error_maximizing_noise(model, c, data.forget.shape, self.noise_batch_size, self.noise_steps,
-                                        self.noise_lr, self.noise_l2, gen, device, self.name).cpu()
+            nz = error_maximizing_noise(model, c, data.forget.shape, batch_size=self.noise_batch_size,
+                                        steps=self.noise_steps, lr=self.noise_lr, l2=self.noise_l2, gen=gen,
+                                        device=device, method=self.name).cpu()
             noise_x.append(nz.repeat(self.noise_copies, 1, 1, 1))
             noise_y.append(torch.full((len(nz) * self.noise_copies,), c, dtype=torch.long))
         x_imp = torch.cat(noise_x + [xr])
@@ -150,7 +157,7 @@ class UNSIR(UnlearningMethod):
                         pb.update(1, **{f"{phase}_loss": loss.item()})
                     history.append({"phase": phase, "epoch": epoch + 1,
                                     "loss": run / max(1, -(-len(y) // self.batch_size))})
-        return UnlearnResult(model, 0.0, "completed", history)
+        return UnlearnResult(model, "completed", history)
 
     def _mirage(self, model, data, device, gen, progress):
         bs, clip = self.mirage_batch_size, self.mirage_clip
@@ -186,4 +193,4 @@ class UNSIR(UnlearningMethod):
                     step += 1
                     pb.update(1, retain_ce=loss.item())
                 history.append({"phase": "repair", "epoch": epoch + 1, "retain_ce": loss.item()})
-        return UnlearnResult(model, 0.0, "completed", history)
+        return UnlearnResult(model, "completed", history)

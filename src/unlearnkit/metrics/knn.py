@@ -26,6 +26,7 @@ def knn_accuracy(
     bank_labels: Any,
     query_features: Any,
     query_labels: Any,
+    *,
     k: int = 20,
     weighted: bool = False,
     temperature: float = 0.07,

@@ -118,7 +118,7 @@ def heldout_auroc(x: Tensor, is_forget: Tensor, train: Tensor, test: Tensor,
 
 
 def fewshot_recovery(retain: Tensor, retain_y: Tensor, shots: Tensor, shots_y: Tensor, queries: Tensor,
-                     queries_y: Tensor, ridge: float = 0.01, rel_tol: float = REL_TOL) -> float:
+                     queries_y: Tensor, *, ridge: float = 0.01, rel_tol: float = REL_TOL) -> float:
     """Percent of ``queries`` (rows of forgotten classes, labels ``queries_y``) assigned to their own
     class by a linear head re-fitted with the body frozen: class means of the retained classes from
     ``retain`` (labels ``retain_y``), each forgotten class's mean from its ``shots`` rows (labels
@@ -145,7 +145,7 @@ def fewshot_recovery(retain: Tensor, retain_y: Tensor, shots: Tensor, shots_y: T
     return float((pred == queries_y).to(torch.float64).mean() * 100.0)
 
 
-def head_relearn(retain: Tensor, shots: Tensor, shots_y: Tensor, queries: Tensor, queries_y: Tensor,
+def head_relearn(retain: Tensor, shots: Tensor, shots_y: Tensor, queries: Tensor, queries_y: Tensor, *,
                  weight: Tensor, bias: Tensor, steps: int = 10, lr: float = 0.01, momentum: float = 0.9,
                  rel_tol: float = REL_TOL) -> float:
     """Percent of ``queries`` (labels ``queries_y``) the model's own linear head predicts correctly

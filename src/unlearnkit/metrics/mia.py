@@ -90,6 +90,7 @@ def svc_mia_efficacy(
     nonmember_labels: Any,
     target_probs: Any,
     target_labels: Any,
+    *,
     feature: str = "confidence",
 ) -> float:
     """SalUn SVC-MIA "MIA-efficacy": percent (0–100) of the target set predicted NON-member.

@@ -69,13 +69,15 @@ def _prepare(features: Any, is_forget: Any, name: str = "features") -> tuple[np.
 def stratified_split(y: np.ndarray, test_size: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(train, test) row indices of a stratified split; the same permutation as Mirage's
     ``train_test_split(F, b, test_size, random_state=seed, stratify=b)`` (the index vector is split)."""
-    from sklearn.model_selection import train_test_split
+    from sklearn.model_selection import train_test_split  # lazy: keep `import unlearnkit.metrics` light
 
     return train_test_split(np.arange(y.shape[0]), test_size=test_size, random_state=seed, stratify=y)
 
 
-def _fit_probe(x, y, train, test, probe, seed, C, max_iter) -> tuple[float, float]:
-    from sklearn.linear_model import LogisticRegression
+def _fit_probe(x, y, train, test, *, probe, seed, C, max_iter) -> tuple[float, float]:
+    """(balanced accuracy %, AUROC) of one probe fitted on the ``train`` rows, on the ``test`` rows
+    (the protocol of :func:`linear_probe_recovery`)."""
+    from sklearn.linear_model import LogisticRegression  # lazy: keep `import unlearnkit.metrics` light
     from sklearn.metrics import balanced_accuracy_score, roc_auc_score
     from sklearn.neural_network import MLPClassifier
     from sklearn.preprocessing import StandardScaler
@@ -97,6 +99,7 @@ def _fit_probe(x, y, train, test, probe, seed, C, max_iter) -> tuple[float, floa
 def linear_probe_recovery(
     features: Any,
     is_forget: Any,
+    *,
     seed: int = 42,
     test_size: float = 0.3,
     probe: str = "linear",
@@ -117,7 +120,7 @@ def linear_probe_recovery(
         raise ValueError(f"probe must be one of {PROBES}, got {probe!r}")
     x, y = _prepare(features, is_forget)
     train, test = stratified_split(y, test_size, seed)
-    bacc, auroc = _fit_probe(x, y, train, test, probe, seed, C, max_iter)
+    bacc, auroc = _fit_probe(x, y, train, test, probe=probe, seed=seed, C=C, max_iter=max_iter)
     n_f = int(y.sum())
     return ProbeResult(balanced_accuracy=bacc, auroc=auroc, n_forget=n_f, n_retain=int(y.size - n_f))
 
@@ -156,7 +159,7 @@ def paired_se(d: np.ndarray, method: str, test_frac: float) -> float:
 
 def paired_interval(d: np.ndarray, confidence: float, method: str, test_frac: float) -> tuple[float, float]:
     """(low, high) of the mean of per-split paired differences ``d`` (see ``paired_delta_lpr``)."""
-    from scipy import stats
+    from scipy import stats  # lazy: keep `import unlearnkit.metrics` light
 
     if method == "percentile":
         alpha = 100.0 * (1.0 - confidence) / 2.0
@@ -168,10 +171,36 @@ def paired_interval(d: np.ndarray, confidence: float, method: str, test_frac: fl
     return float(d.mean() - half), float(d.mean() + half)
 
 
+def _check_paired_options(probe: str, ci_method: str, n_splits: int, confidence: float) -> None:
+    """ValueError naming the first option of :func:`paired_delta_lpr` out of its range."""
+    if probe not in PROBES:
+        raise ValueError(f"probe must be one of {PROBES}, got {probe!r}")
+    if ci_method not in CI_METHODS:
+        raise ValueError(f"ci_method must be one of {CI_METHODS}, got {ci_method!r}")
+    if n_splits < 1 or not 0.0 < confidence < 1.0:
+        raise ValueError("need n_splits >= 1 and 0 < confidence < 1")
+
+
+def _split_accuracies(xs: tuple[np.ndarray, ...], y: np.ndarray, splits: list, seeds: list[int], *,
+                      probe: str, C: float, max_iter: int, n_jobs: int | None) -> np.ndarray:
+    """Balanced accuracy (percent) of the probe of every feature matrix of ``xs`` on every split,
+    (n_splits x len(xs)); split i's probe is seeded with ``seeds[i]``. ``n_jobs`` joblib workers."""
+    from joblib import Parallel, delayed  # lazy: keep `import unlearnkit.metrics` light
+
+    jobs = [
+        delayed(_fit_probe)(x, y, tr, te, probe=probe, seed=s, C=C, max_iter=max_iter)
+        for (tr, te), s in zip(splits, seeds, strict=True)
+        for x in xs
+    ]
+    results = Parallel(n_jobs=n_jobs)(jobs)
+    return np.array([r[0] for r in results]).reshape(len(splits), len(xs))
+
+
 def paired_delta_lpr(
     features_unlearned: Any,
     features_retrained: Any,
     is_forget: Any,
+    *,
     n_splits: int = 20,
     seed: int = 42,
     confidence: float = 0.95,
@@ -199,25 +228,12 @@ def paired_delta_lpr(
     ``probe``, ``test_size``, ``C`` and ``max_iter`` are as in ``linear_probe_recovery``.
     Probe fits dominate the cost (2 · n_splits fits); ``n_jobs`` runs them in parallel (joblib).
     """
-    if probe not in PROBES:
-        raise ValueError(f"probe must be one of {PROBES}, got {probe!r}")
-    if ci_method not in CI_METHODS:
-        raise ValueError(f"ci_method must be one of {CI_METHODS}, got {ci_method!r}")
-    if n_splits < 1 or not 0.0 < confidence < 1.0:
-        raise ValueError("need n_splits >= 1 and 0 < confidence < 1")
+    _check_paired_options(probe, ci_method, n_splits, confidence)
     x_u, y = _prepare(features_unlearned, is_forget, "features_unlearned")
     x_r, _ = _prepare(features_retrained, is_forget, "features_retrained")
-    from joblib import Parallel, delayed
-
     seeds = [seed + i for i in range(n_splits)]
     splits = [stratified_split(y, test_size, s) for s in seeds]
-    jobs = [
-        delayed(_fit_probe)(x, y, tr, te, probe, s, C, max_iter)
-        for (tr, te), s in zip(splits, seeds, strict=True)
-        for x in (x_u, x_r)
-    ]
-    results = Parallel(n_jobs=n_jobs)(jobs)
-    bacc = np.array([r[0] for r in results]).reshape(n_splits, 2)
+    bacc = _split_accuracies((x_u, x_r), y, splits, seeds, probe=probe, C=C, max_iter=max_iter, n_jobs=n_jobs)
     lpr_u, lpr_r = bacc[:, 0], bacc[:, 1]
     d = lpr_u - lpr_r
     test_frac = splits[0][1].size / y.size

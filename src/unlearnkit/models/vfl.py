@@ -93,7 +93,7 @@ class MLP(nn.Module):
 
 @register_model("mlp", "Mirage's MLP bottom (512-256, BatchNorm, dropout 0.3) + linear head, for flat "
                 "features (digits_flat); the default VFL bottom for flat data")
-def mlp(num_classes: int, in_channels: int = 1, image_size: int = 1, in_features: int | None = None,
+def mlp(num_classes: int, in_channels: int = 1, image_size: int = 1, *, in_features: int | None = None,
         hidden: int = 512, embedding: int = 256, dropout: float = 0.3) -> nn.Module:
     m = MLP(num_classes, in_features or in_channels * image_size * image_size, hidden, embedding, dropout)
     m.unlearnkit_taps = {"hidden1": Tap("features.3", channels=hidden), "penultimate": Tap("fc", "input")}

@@ -215,5 +215,3 @@ def _timm_model(arch: str, num_classes: int, in_channels: int, image_size: int, 
     m.unlearnkit_head = head
     return m
 
-
-from . import vfl as _vfl  # noqa: E402,F401  (registers mirage_bottom, mlp and vfl; it imports this module)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .. import validate
 from ..errors import UserError
+from ..results import forget_label, group_audit, model_label, retrain_view
 
 REFERENCE_ROWS = ("retrain", "original")
 
@@ -40,28 +41,9 @@ class Record:
         return (self.audit or {}).get("verdict")
 
 
-def model_label(task: dict) -> str:
-    """The model as a block names it: ``vfl (K parties, bottom B)`` in the VFL setting (as the run's own
-    titles do, :func:`unlearnkit.runner.model_label`), the model's name otherwise."""
-    from ..runner import model_label as label
-
-    return label(task)
-
-
-def task_label(forget: dict) -> str:
-    from ..bench.grid import task_label as label
-
-    return label({"forget_classes": forget.get("classes") or [], "forget_random": forget.get("random"),
-                  "forget_indices": forget.get("indices_file"), "task": forget.get("task"),
-                  "concept": forget.get("concept") or []})
-
-
-def from_store(path: str | Path) -> list[Record]:
-    """The rows of a results store, opened read-only (nothing is written, see :class:`ResultStore`)."""
-    from ..bench.store import ResultStore
-
-    with ResultStore(path, create=False) as store:
-        rows = store.rows()
+def from_store(path: str | Path, rows: list[dict]) -> list[Record]:
+    """The records of a results store's rows (``ResultStore.rows()`` of the store at ``path``, which
+    the caller opens read-only: the report reads results, not the code that stores them)."""
     out = []
     for r in rows:
         method = r["entry"] if r["kind"] == "reference" else r["label"]
@@ -254,37 +236,33 @@ def from_results(path: str | Path) -> list[Record]:
     info = {"git_commit": prov.get("git_commit"), "torch_version": versions.get("torch"),
             "unlearnkit_version": versions.get("unlearnkit"), "device": prov.get("device"),
             "split_hash": t.get("split_hash"), "finished": prov.get("created")}
-    model, task, seed = model_label(t), task_label(t["forget"]), int(res["config"]["seed"])
+    model, task, seed = model_label(t), forget_label(t["forget"]), int(res["config"]["seed"])
     return [Record(t["dataset"], model, task, seed, name, metrics, audit, str(p), info)
             for name, (metrics, audit) in rows.items()]
 
 
 def with_retrain_views(records: list[Record]) -> list[Record]:
-    """Give every retrain record the representation numbers of its group (see the module docstring)."""
-    audits: dict[tuple, dict] = {}
+    """Give every retrain record the representation numbers of its group (see the module docstring):
+    :func:`unlearnkit.results.retrain_view` of the group's audit (:func:`unlearnkit.results.group_audit`)."""
+    audits: dict[tuple, list[tuple[str, dict | None]]] = {}
     for r in records:
-        if r.audit and r.audit.get("layers"):
-            key = (*r.block, r.seed)
-            if key not in audits or r.method == "original":
-                audits[key] = r.audit
+        audits.setdefault((*r.block, r.seed), []).append((r.method, r.audit))
     for r in records:
-        a = audits.get((*r.block, r.seed))
+        a = group_audit(audits[(*r.block, r.seed)])
         if r.method == "retrain" and not r.audit and a:
-            r.audit = {"verdict": None, "penultimate_layer": a.get("penultimate_layer"), "view": "retrained",
-                       "transmitted": a.get("transmitted"),
-                       "layers": {name: {"lpr": layer.get("lpr_retrained"), "separability":
-                                         layer.get("separability_retrained"),
-                                         "cka_original": layer.get("cka_retrain_original")}
-                                  for name, layer in a["layers"].items()}}
+            r.audit = retrain_view(a)
     return records
 
 
-def load_records(db: str | Path | None = None,
-                 results: list[str | Path] | None = None) -> tuple[list[Record], int]:
-    """The records of a store and/or results.json files, and how many repeated rows were dropped."""
+def load_records(db: str | Path | None = None, results: list[str | Path] | None = None, *,
+                 store_rows: list[dict] | None = None) -> tuple[list[Record], int]:
+    """The records of a store (its rows ``store_rows``, read from ``db``) and/or results.json files,
+    and how many repeated rows were dropped."""
+    if db is not None and store_rows is None:
+        raise ValueError("load_records(db=...) needs the rows the caller read from the store (store_rows)")
     records: list[Record] = []
     if db is not None:
-        records += from_store(db)
+        records += from_store(db, store_rows)
     for path in results or []:
         records += from_results(path)
     if not records:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..mirage_table import COLUMNS as MIRAGE_COLUMNS
+from ..results import forget_accuracy, layer_value, main_numbers
 from .records import REFERENCE_ROWS, Record
 from .stats import DASH, Stat, fmt, seed_interval, stat, verdicts
 
@@ -61,24 +63,14 @@ def metric(key: str):
 
 
 def forget_acc_yu(r: Record):
-    v = r.metrics.get("test_forget_acc")
-    return v if v is not None else r.metrics.get("forget_acc")
-
-
-def main_layer(audit: dict) -> str | None:
-    """The layer the report's tables read: for a VFL model (its audit lists the taps its passive parties
-    transmit) the concatenated cut-layer ``embedding``, Mirage's audit features (reference-specs §2.5),
-    as in results.md (:func:`unlearnkit.mirage_table.mirage_layer`); otherwise the penultimate layer."""
-    transmitted = (audit.get("transmitted") or {}).get("layers") or []
-    return "embedding" if "embedding" in transmitted else audit.get("penultimate_layer")
+    """:func:`unlearnkit.results.forget_accuracy` of the record (Mirage's y_u)."""
+    return forget_accuracy(r.metrics)
 
 
 def layer(key: str, name: str | None = None):
-    def get(r: Record):
-        a = r.audit or {}
-        layer_name = name or main_layer(a)
-        return ((a.get("layers") or {}).get(layer_name) or {}).get(key)
-    return get
+    """A record's ``key`` at layer ``name`` (default: :func:`unlearnkit.results.main_layer`) on the audit
+    data its verdict rests on (:func:`unlearnkit.results.layer_value`)."""
+    return lambda r: layer_value(r.audit, key, name)
 
 
 def idi(r: Record):
@@ -101,7 +93,7 @@ class Collector:
     def __init__(self, table: str) -> None:
         self.table, self.values = table, []
 
-    def cell(self, block: Block, method: str, recs: list[Record], get, metric_name: str, spec: str = "{:.1f}",
+    def cell(self, block: Block, method: str, recs: list[Record], get, metric_name: str, *, spec: str = "{:.1f}",
              suffix: str = "", layer_name: str = "", interval: str | None = None) -> str:
         s = stat(get(r) for r in recs)
         if s is not None and interval is not None:
@@ -122,14 +114,6 @@ class Collector:
 
 # --- the layouts --------------------------------------------------------------------------------
 
-MIRAGE_ROWS = [("Acc_r (%) ↑", "acc_r", metric("test_retain_acc"), "{:.1f}", None),
-               ("y_u forget acc (%) ↓", "forget_acc_yu", forget_acc_yu, "{:.1f}", None),
-               ("LPR (%)", "lpr", layer("lpr"), "{:.1f}", None),
-               ("ΔLPR (%) [CI]", "delta_lpr", layer("delta_lpr"), "{:+.1f}", "delta_lpr_ci"),
-               ("CKA to original", "cka_original", layer("cka_original"), "{:.3f}", None),
-               ("F (separability)", "separability", layer("separability"), "{:.3f}", None)]
-
-
 def verdict_table(groups) -> Table:
     blocks = list(groups)
     methods = list(dict.fromkeys(m for b in blocks for m in groups[b] if m != "retrain"))
@@ -141,14 +125,23 @@ def verdict_table(groups) -> Table:
                  ["method"] + [b[2] if one else block_name(b) for b in blocks], rows)
 
 
+def _mirage_reading(col):
+    """What a column of the one Mirage table (:data:`unlearnkit.mirage_table.COLUMNS`) reads of a record."""
+    return lambda r: col.read(r.metrics, main_numbers(r.audit))
+
+
 def mirage_table(block: Block, methods: dict[str, list[Record]]) -> Table:
+    """The Mirage-layout table of a block (metrics as rows, methods as columns), the columns of
+    results.md's Mirage table (:mod:`unlearnkit.mirage_table`)."""
     c = Collector("mirage")
     names = list(methods)
-    rows = [[label] + [c.cell(block, m, methods[m], get, key, spec, interval=iv) for m in names]
-            for label, key, get, spec, iv in MIRAGE_ROWS]
+    rows = [[col.label] + [c.cell(block, m, methods[m], _mirage_reading(col), col.key, spec=col.spec,
+                                  interval=col.interval) for m in names]
+            for col in MIRAGE_COLUMNS]
     rows.append(["verdict"] + [verdicts(r.verdict for r in methods[m]) for m in names])
     return Table("mirage", f"Mirage layout: {block_name(block)}",
-                 "Penultimate layer (VFL: the concatenated embedding the passive parties transmit), audit data of the verdict; ΔLPR = LPR(unlearned) − LPR(retrain) with, for "
+                 "Penultimate layer (VFL: the concatenated embedding the passive parties transmit), audit data "
+                 "of the verdict; ΔLPR = LPR(unlearned) − LPR(retrain) with, for "
                  "one seed, the audit's paired interval over probe resplits and, for several seeds, the 95 % "
                  "t-interval of the mean over seeds. Retrain's LPR, F and CKA come from the audits of its group.",
                  ["metric"] + names, rows, block, c.values)
@@ -157,7 +150,7 @@ def mirage_table(block: Block, methods: dict[str, list[Record]]) -> Table:
 def tarf_table(groups) -> Table:
     c = Collector("tarf")
     methods = list(dict.fromkeys(m for ms in groups.values() for m in ms if m not in REFERENCE_ROWS))
-    rows = [[b[2], f"{b[0]} / {b[1]}"] + [c.cell(b, m, groups[b].get(m, []), metric("gap"), "gap", "{:.2f}")
+    rows = [[b[2], f"{b[0]} / {b[1]}"] + [c.cell(b, m, groups[b].get(m, []), metric("gap"), "gap", spec="{:.2f}")
                                           for m in methods] for b in groups]
     return Table("tarf", "TARF layout: Gap to retrain (%, lower is better)",
                  "Gap = ¼(|UA−UA_r| + |RA−RA_r| + |TA−TA_r| + |MIA−MIA_r|) with UA the forget accuracy, "
@@ -172,7 +165,7 @@ def purge_table(block: Block, methods: dict[str, list[Record]]) -> Table:
             ("RA (%)", "retain_acc", metric("retain_acc"), "{:.1f}", ""),
             ("MIA AUROC", "mia_auc", metric("mia_auc"), "{:.3f}", ""),
             ("speedup", "speedup", speedup, "{:.1f}", "x")]
-    rows = [[m] + [c.cell(block, m, recs, get, key, spec, suffix) for _, key, get, spec, suffix in cols]
+    rows = [[m] + [c.cell(block, m, recs, get, key, spec=spec, suffix=suffix) for _, key, get, spec, suffix in cols]
             for m, recs in methods.items()]
     return Table("purge", f"PURGE layout: {block_name(block)}",
                  "TA on the full test set (forgotten class included), FA on the training forget set, RA on the "
@@ -183,8 +176,8 @@ def purge_table(block: Block, methods: dict[str, list[Record]]) -> Table:
 
 def ec_table(block: Block, methods: dict[str, list[Record]]) -> Table:
     c = Collector("ec")
-    rows = [[m, c.cell(block, m, recs, cka_x100, "cka_original_x100", "{:.2f}"),
-             c.cell(block, m, recs, idi, "idi", "{:.3f}"), c.cell(block, m, recs, metric("h_mean"), "h_mean")]
+    rows = [[m, c.cell(block, m, recs, cka_x100, "cka_original_x100", spec="{:.2f}"),
+             c.cell(block, m, recs, idi, "idi", spec="{:.3f}"), c.cell(block, m, recs, metric("h_mean"), "h_mean")]
             for m, recs in methods.items() if m != "retrain"]
     return Table("ec", f"EC layout: {block_name(block)}",
                  "CKA × 100 to the original at the penultimate layer (VFL: the transmitted embedding; lower = more "
@@ -202,14 +195,14 @@ def layer_table(block: Block, methods: dict[str, list[Record]]) -> Table:
             continue
         for name in audited[0].audit["layers"]:
             rows.append([m, name,
-                         c.cell(block, m, audited, layer("delta_lpr", name), "delta_lpr", "{:+.1f}",
+                         c.cell(block, m, audited, layer("delta_lpr", name), "delta_lpr", spec="{:+.1f}",
                                 layer_name=name, interval="delta_lpr_ci"),
-                         c.cell(block, m, audited, layer("cka_original", name), "cka_original", "{:.3f}",
+                         c.cell(block, m, audited, layer("cka_original", name), "cka_original", spec="{:.3f}",
                                 layer_name=name),
-                         c.cell(block, m, audited, layer("cka_retrain", name), "cka_retrain", "{:.3f}",
+                         c.cell(block, m, audited, layer("cka_retrain", name), "cka_retrain", spec="{:.3f}",
                                 layer_name=name),
                          c.cell(block, m, audited, layer("separability_ratio", name), "separability_ratio",
-                                "{:.2f}", layer_name=name, interval="separability_ratio_ci")])
+                                spec="{:.2f}", layer_name=name, interval="separability_ratio_ci")])
     return Table("layers", f"Layer by layer: {block_name(block)}",
                  "Every audited layer, on the audit data of the verdict: Mirage's ΔLPR [interval as in the Mirage "
                  "table], linear CKA (standardised units) to the original and to retrain, and the statistic the "

@@ -23,9 +23,12 @@ SECTION = {"verdicts": "Verdicts", "mirage": "Mirage: output vs representation",
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
 header{background:#1d2b45;color:#fff;padding:18px 28px 12px}header h1{margin:0 0 6px;font-size:22px}
-header p{margin:2px 0;color:#c9d3e6;font-size:13px}nav{margin-top:8px}nav a{color:#9cc3ff;margin-right:14px;font-size:13px}
-main{padding:8px 28px 40px}section{background:#fff;border:1px solid #dde2ea;border-radius:6px;margin:16px 0;padding:12px 16px}
-h2{font-size:17px;margin:4px 0 8px}h3{font-size:14px;margin:14px 0 4px}.caption{color:#556;font-size:12.5px;margin:2px 0 8px}
+header p{margin:2px 0;color:#c9d3e6;font-size:13px}nav{margin-top:8px}
+nav a{color:#9cc3ff;margin-right:14px;font-size:13px}
+main{padding:8px 28px 40px}
+section{background:#fff;border:1px solid #dde2ea;border-radius:6px;margin:16px 0;padding:12px 16px}
+h2{font-size:17px;margin:4px 0 8px}h3{font-size:14px;margin:14px 0 4px}
+.caption{color:#556;font-size:12.5px;margin:2px 0 8px}
 .scroll{overflow-x:auto}table{border-collapse:collapse;font-size:12.5px;font-variant-numeric:tabular-nums}
 th,td{border-bottom:1px solid #e4e7ec;padding:3px 8px;text-align:right;white-space:nowrap}
 th{background:#eef1f6;position:sticky;top:0}td:first-child,th:first-child{text-align:left;font-weight:600}

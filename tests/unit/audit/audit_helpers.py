@@ -45,7 +45,7 @@ def masked_head(model, classes=(FORGET_CLASS,), bias=-1e4):
 
 
 def noised(model, scale, seed=0):
-    from unlearnkit.audit.calibrate import noised as _noised
+    from unlearnkit.audit.constructed import noised as _noised
 
     return _noised(model, scale, seed)
 

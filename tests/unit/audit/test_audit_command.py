@@ -1,24 +1,19 @@
-"""`unlearnkit audit` as the CLI registers it: app.command("audit")(handles_errors(audit_command))."""
+"""`unlearnkit audit`, through the CLI's app."""
 from __future__ import annotations
 
 import json
 
 import pytest
-import typer
 from audit_helpers import masked_head
 from typer.testing import CliRunner
 
 from unlearnkit import create_model, save_checkpoint
-from unlearnkit.audit.command import audit_command
-from unlearnkit.cli import handles_errors
+from unlearnkit.cli import app as cli_app
 
 
 @pytest.fixture(scope="module")
 def app():
-    a = typer.Typer()
-    a.command("audit")(handles_errors(audit_command))
-    a.command("noop")(lambda: None)  # two commands: `audit` stays a subcommand, as in cli.py
-    return a
+    return cli_app
 
 
 @pytest.fixture(scope="module")

@@ -212,16 +212,17 @@ def test_idi_is_one_for_the_masked_original_and_near_zero_for_another_retrain(or
     """The masked-output original has the original's features at every layer: IDI exactly 1. A model
     retrained with another seed carries no more information than the reference: IDI near 0 (closer
     to 0 than to 1). On digits with 3 trials: +0.009 (audit/idi.py docstring)."""
+    from unlearnkit.audit.context import AuditContext
     from unlearnkit.audit.idi import idi_check
     from unlearnkit.audit.memo import AuditCache
     from unlearnkit.models.zoo import audit_layers
 
     cfg = AuditConfig(idi=True, idi_trials=1, idi_steps=120)
-    cache, layers = AuditCache(), audit_layers(original)
-    masked = idi_check(original, masked_head(original), [retrain0], audit_split, layers, cfg, "cpu", cache)
+    ctx, layers = AuditContext(audit_split, cfg, "cpu", AuditCache()), audit_layers(original)
+    masked = idi_check(original, masked_head(original), [retrain0], layers, ctx)
     assert masked["idi"] == pytest.approx(1.0)
     assert masked["id_original"] > 0.1
-    other = idi_check(original, retrain1, [retrain0], audit_split, layers, cfg, "cpu", cache)
+    other = idi_check(original, retrain1, [retrain0], layers, ctx)
     print("IDI of another retrain seed:", other["idi"], "ID_o", masked["id_original"])
     assert abs(other["idi"]) < 0.5, other
     assert other["mi"]["original"] == masked["mi"]["original"]  # computed once, from the cache
@@ -252,7 +253,7 @@ def test_idi_full_copy_fallback_gives_the_same_estimate(original, audit_split, m
 
     cfg = AuditConfig(idi=True, idi_trials=1, idi_steps=20)
     data = idi_mod._data(audit_split, cfg, 0)
-    cut = idi_mod.critic_mi(original, "block2", data, cfg, 0, "cpu")
+    cut = idi_mod.critic_mi(original, "block2", data, cfg, 0, device="cpu")
     monkeypatch.setattr(idi_mod, "rest_of", lambda model, layer: None)
-    full = idi_mod.critic_mi(original, "block2", data, cfg, 0, "cpu")
+    full = idi_mod.critic_mi(original, "block2", data, cfg, 0, device="cpu")
     assert full == pytest.approx(cut, abs=1e-4)

@@ -5,12 +5,12 @@ import math
 import statistics
 
 import pytest
-from scipy import stats
 import torch
 from audit_helpers import FAST, bn_masked, cached_audit, masked_head, noised
+from scipy import stats
 
 from unlearnkit.audit import AuditConfig
-from unlearnkit.audit.calibrate import head_retrained
+from unlearnkit.audit.constructed import head_retrained
 
 
 def test_retrain_of_another_seed_is_erased(rep_erased):

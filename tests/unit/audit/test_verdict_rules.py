@@ -10,9 +10,21 @@ from scipy import stats
 from unlearnkit.audit import AuditConfig
 from unlearnkit.audit.layers import Interval, LayerResult
 from unlearnkit.audit.resurface import ResurfaceResult
-from unlearnkit.audit.verdict import (RULES, Comparison, Measurements, collapsed, comparisons, decide, holm,
-                                      no_positive_control, not_equivalent, not_forgotten, p_value, suppressed,
-                                      too_few)
+from unlearnkit.audit.verdict import (
+    RULES,
+    Comparison,
+    Measurements,
+    collapsed,
+    comparisons,
+    decide,
+    holm,
+    no_positive_control,
+    not_equivalent,
+    not_forgotten,
+    p_value,
+    suppressed,
+    too_few,
+)
 
 OUT = {"forget_acc": 0.0, "retain_acc": 99.0, "test_retain_acc": 98.0}
 LOG2 = math.log(2.0)

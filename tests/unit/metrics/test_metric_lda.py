@@ -115,7 +115,7 @@ def test_head_relearn_without_steps_is_the_models_own_head():
     """Writing the head in whitened coordinates changes no logit: zero steps = the head's accuracy."""
     x, y, w, b = _head_case()
     t = torch.from_numpy
-    got = head_relearn(t(x[y < 3]), t(x[:8]), t(y[:8]), t(x), t(y), t(w), t(b), steps=0)
+    got = head_relearn(t(x[y < 3]), t(x[:8]), t(y[:8]), t(x), t(y), weight=t(w), bias=t(b), steps=0)
     assert got == pytest.approx(100.0 * np.mean((x @ w.T + b).argmax(1) == y), abs=1e-9)
 
 
@@ -126,9 +126,12 @@ def test_head_relearn_is_the_same_attack_under_any_invertible_linear_map():
     t = torch.from_numpy
     shots = np.r_[np.flatnonzero(y == 3)[:5], np.flatnonzero(y == 0)[:5]]
     held = np.setdiff1d(np.flatnonzero(y == 3), shots)
-    base = head_relearn(t(x[y < 3]), t(x[shots]), t(y[shots]), t(x[held]), t(y[held]), t(w), t(b), 10, 0.2)
+    base = head_relearn(t(x[y < 3]), t(x[shots]), t(y[shots]), t(x[held]), t(y[held]), weight=t(w), bias=t(b),
+                        steps=10, lr=0.2)
     xa, wa = x @ a.T, w @ np.linalg.inv(a)  # features mixed, head compensating: the same function
-    moved = head_relearn(t(xa[y < 3]), t(xa[shots]), t(y[shots]), t(xa[held]), t(y[held]), t(wa), t(b), 10, 0.2)
+    moved = head_relearn(t(xa[y < 3]), t(xa[shots]), t(y[shots]), t(xa[held]), t(y[held]), weight=t(wa),
+                         bias=t(b), steps=10, lr=0.2)
     assert moved == pytest.approx(base, abs=1e-9)
-    hidden = head_relearn(t(x[y < 3]), t(x[shots]), t(y[shots]), t(x[held]), t(y[held]), t(w), t(b), 0)
+    hidden = head_relearn(t(x[y < 3]), t(x[shots]), t(y[shots]), t(x[held]), t(y[held]), weight=t(w),
+                          bias=t(b), steps=0)
     assert hidden == 0.0 and base > 50.0  # the class behind the bias comes back in ten steps

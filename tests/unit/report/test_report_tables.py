@@ -139,7 +139,7 @@ def test_vfl_records_are_read_at_the_transmitted_embedding():
 
 
 def test_vfl_blocks_are_named_by_their_setting():
-    from unlearnkit.report.records import model_label
+    from unlearnkit.results import model_label
 
     assert model_label({"setting": "vfl", "parties": 4, "model": "mirage_bottom"}) == \
         "vfl (4 parties, bottom mirage_bottom)"

@@ -1,4 +1,4 @@
-"""``unlearnkit forgetting-quality``: option parsing and printing only, registered by cli.py.
+"""``unlearnkit forgetting-quality``: option parsing and printing only, registered in cli/__init__.py.
 
 The work is :func:`unlearnkit.forgetting_quality.forgetting_quality`.
 """
@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from .errors import UserError
+from ..errors import UserError
 
 _PAIR = re.compile(r"^\s*([^=,\s][^=,]*?)\s*=\s*(\d+)\s*$")
 
@@ -32,6 +32,7 @@ def parse_runs_for(text: str | None) -> dict[str, int]:
 
 
 def forgetting_quality_command(
+    *,
     dataset: str = typer.Option(..., help="dataset name (unlearnkit list datasets)"),
     model: str = typer.Option("small_cnn", help="model name (unlearnkit list models)"),
     forget_classes: Optional[str] = typer.Option(None, help="classes to forget, e.g. 3 or 3,8"),
@@ -63,14 +64,7 @@ def forgetting_quality_command(
 
     Writes forgetting_quality.json/.md/.png into --out; the next call reuses finished jobs (<out>/jobs).
     """
-    import sys
-
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-    from rich.text import Text
-
-    from .forgetting_quality import JobsFailedError, forgetting_quality, table_rows
+    from ..forgetting_quality import JobsFailedError, forgetting_quality
 
     try:
         results = forgetting_quality(
@@ -82,17 +76,31 @@ def forgetting_quality_command(
     except JobsFailedError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from None
-    header, rows = table_rows(results)
-    t = results["task"]
-    runs_ = results["config"]["runs"]
-    table = Table(title=escape(f"forgetting quality: {t['dataset']} / {t['model']}, {runs_} runs each side"))
-    for i, h in enumerate(header):
-        table.add_column(h, justify="left" if i == 0 else "right")
-    for r in rows:
-        table.add_row(*(Text(c) for c in r))
-    Console(width=None if sys.stdout.isatty() else 160).print(table)
+    _print_table(results)
     jobs_info = results["provenance"]["jobs"]
     typer.echo(f"{jobs_info['run']} jobs run, {jobs_info['reused']} reused, "
                f"{results['provenance']['wall_s']:.0f}s")
     typer.echo(f"wrote {out / 'forgetting_quality.json'}, forgetting_quality.md and forgetting_quality.png")
     return results
+
+
+def _print_table(results: dict) -> None:
+    """The scores as a table; method and dataset names printed literally."""
+    import sys
+
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
+    from ..forgetting_quality import table_rows
+
+    header, rows = table_rows(results)
+    t = results["task"]
+    title = f"forgetting quality: {t['dataset']} / {t['model']}, {results['config']['runs']} runs each side"
+    table = Table(title=escape(title))
+    for i, h in enumerate(header):
+        table.add_column(h, justify="left" if i == 0 else "right")
+    for r in rows:
+        table.add_row(*(Text(c) for c in r))
+    Console(width=None if sys.stdout.isatty() else 160).print(table)

@@ -1,70 +1,29 @@
-"""Reproduce the measurements behind AuditConfig's defaults: ``python -m unlearnkit.audit.calibrate``.
+"""Reproduce the measurements behind AuditConfig's defaults: ``python benchmarks/audit_calibrate.py``.
 
 Trains (through the model cache) the original and ``--seeds`` retrained references of
 ``small_cnn`` on a dataset with one class forgotten, then audits two constructed models whose
-truth is known:
+truth is known (:mod:`unlearnkit.audit.constructed`):
 
 * **suppressed**: the original with the forgotten class masked at the output (head row zeroed,
-  bias −1e4): it predicts the class never, its representation is exactly the original's;
+  bias -1e4): it predicts the class never, its representation is exactly the original's;
 * **erased**: a retrained model of another seed (it never saw the forget set);
 
 against retrain seed 0 alone and, for the multi-reference margins, against seeds 0 and 1. It
 prints, per layer and audit data, ΔLPR and the separability ratio with their intervals, and the
-verdicts. Training lives outside the audit proper (this module is a tool, imported by nothing).
+verdicts. It trains models: an experiment, kept out of the audit package.
 """
 from __future__ import annotations
 
 import argparse
-import copy
 import time
 
 import torch
 
-
-def masked_head(model, classes) -> torch.nn.Module:
-    """A copy of ``model`` that never predicts ``classes``: their head rows zeroed, bias −1e4."""
-    from ..models.zoo import head_of
-
-    m = copy.deepcopy(model)
-    head = head_of(m)
-    with torch.no_grad():
-        for c in classes:
-            head.weight[c].zero_()
-            head.bias[c] = -1e4
-    return m
-
-
-def noised(model, scale: float, seed: int = 0) -> torch.nn.Module:
-    """A copy of ``model`` with Gaussian noise of ``scale`` x each tensor's std added to every weight
-    (a model that computes nothing useful: the audit must call it collapsed)."""
-    m = copy.deepcopy(model)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in m.parameters():
-            if p.numel() > 1:
-                p.add_(torch.randn(p.shape, generator=g) * scale * p.std())
-    return m
-
-
-def head_retrained(model, split, epochs: int = 3) -> torch.nn.Module:
-    """A copy of ``model`` whose head was re-initialised and retrained on the retained data with the
-    body frozen: the output forgets (no forget-class signal reaches the new head), the body holds the
-    class."""
-    from ..models.zoo import head_of
-
-    m = copy.deepcopy(model).eval()
-    head = head_of(m)
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        head.weight.normal_(0, 0.01, generator=g)
-        head.bias.zero_()
-    opt = torch.optim.SGD(head.parameters(), lr=0.05, momentum=0.9)
-    for _ in range(epochs):
-        for xb, yb in split.train_retain.batches(128, shuffle=True, generator=g):
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(m(xb), yb).backward()
-            opt.step()
-    return m
+from unlearnkit.audit import AuditConfig, audit
+from unlearnkit.audit.constructed import masked_head
+from unlearnkit.data.datasets import load_dataset
+from unlearnkit.data.splits import ForgetSpec, make_split
+from unlearnkit.training import default_recipe, reference_model
 
 
 def _row(tag: str, rep) -> list[str]:
@@ -88,11 +47,6 @@ def _row(tag: str, rep) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from ..data.datasets import load_dataset
-    from ..data.splits import ForgetSpec, make_split
-    from ..training import default_recipe, reference_model
-    from . import AuditConfig, audit
-
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dataset", default="digits")
     p.add_argument("--forget-class", type=int, default=3)

@@ -1,7 +1,6 @@
 """``unlearnkit audit``: audit three checkpoints someone else produced.
 
-A plain function with typer defaults; cli.py registers it with
-``app.command("audit")(handles_errors(audit_command))``. Bad input raises
+A plain function with typer defaults, registered in cli/__init__.py. Bad input raises
 :class:`unlearnkit.errors.UserError` (one line, exit code 2 through ``handles_errors``).
 """
 from __future__ import annotations
@@ -27,6 +26,7 @@ def _load(path: Path, role: str, model: Optional[str], bundle):
 
 
 def audit_command(
+    *,
     original: Path = typer.Option(..., help="checkpoint of the original model (trained on everything)"),
     unlearned: Path = typer.Option(..., help="checkpoint of the unlearned model to audit"),
     retrained: List[Path] = typer.Option(
@@ -54,7 +54,8 @@ def audit_command(
     n_splits: int = typer.Option(20, help="probe resplits behind each ΔLPR interval"),
     audit_data: str = typer.Option("auto", help="auto | test | train: which data the verdict rests on"),
     resurface: bool = typer.Option(True, "--resurface/--no-resurface",
-                                   help="run the resurfacing checks (BatchNorm recalibration, head re-fit, k-shot relearning)"),
+                                   help="run the resurfacing checks (BatchNorm recalibration, head re-fit, "
+                                        "k-shot relearning)"),
     idi: bool = typer.Option(False, "--idi/--no-idi",
                              help="also estimate IDI (Jeon et al.): trains InfoNCE critics per layer and model, "
                                   "about a minute on mnist5k with the small CNN"),
@@ -62,91 +63,113 @@ def audit_command(
                                        "-1: every core)"),
 ):
     """Did the unlearned model really forget? Verdict, evidence, per-layer numbers and plots."""
+    from ..audit import AuditConfig
+    from ..data.splits import ForgetSpec
+
+    spec = ForgetSpec.from_options(forget_classes, forget_random, forget_indices)
+    _check_files(original, unlearned, retrained, out)
+    config = AuditConfig(center=center, confidence=confidence, n_splits=n_splits, audit_data=audit_data,
+                         bn_recalibration=resurface, head_refit=resurface, head_relearn=resurface,
+                         relearn=resurface, n_jobs=jobs, idi=idi)
+    data = {"dataset": dataset, "data_dir": data_dir, "download": download, "data_seed": data_seed}
+    return _audit([original, unlearned, *retrained], spec, data, model=model, layers=layers, config=config,
+                  device=device, out=out)
+
+
+def _audit(paths: list[Path], spec, data: dict, *, model, layers, config, device, out: Path):
+    """Load the data and the checkpoints (original, unlearned, references), audit, print, write."""
     from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-    from rich.text import Text
 
+    from ..audit import audit, write_audit
     from ..data.datasets import load_dataset
-    from ..data.splits import ForgetSpec, make_split
-    from ..training import resolve_device
-    from . import AuditConfig, audit, write_audit
+    from ..data.splits import make_split
+    from ..runtime import resolve_device
 
-    given = [forget_classes is not None, forget_random is not None, forget_indices is not None]
-    if sum(given) != 1:
-        raise UserError("say what was forgotten with exactly one of --forget-classes, --forget-random, "
-                        "--forget-indices")
+    dev = resolve_device(device)
+    bundle = load_dataset(data["dataset"], data["data_dir"], data["download"], data["data_seed"])
+    split = make_split(bundle, spec, seed=data["data_seed"])
+    console = Console()
+    m_o, m_u, refs = _models(paths[0], paths[1], paths[2:], model=model, bundle=bundle,
+                             split_hash=split.split_hash, console=console)
+    layer_list = _layer_list(layers, m_u)
+    try:
+        report = audit(m_o.to(dev), m_u.to(dev), [m.to(dev) for m in refs], split, layers=layer_list,
+                       config=config, device=dev)
+    except (KeyError, ValueError) as e:
+        raise UserError(str(e).strip("'\"")) from None
+    _print_report(report, console)
+    written = write_audit(report, out)
+    console.print(f"wrote {written['json']}, {written['md'].name} and {written['html'].name}", markup=False,
+                  highlight=False)
+    return report
+
+
+def _check_files(original: Path, unlearned: Path, retrained: list[Path], out: Path) -> None:
+    """The checkpoints exist and can be read; ``--out`` can be written (a 35-second audit that cannot
+    write its report fails now, not at the end)."""
     if not retrained:
         raise UserError("give at least one --retrained checkpoint (a model retrained without the forget set)")
-    classes = validate.int_list("--forget-classes", forget_classes) if forget_classes is not None else []
-    if forget_classes is not None and not classes:
-        raise UserError("--forget-classes is empty")
-    if forget_random is not None:
-        forget_random = validate.forget_random("--forget-random", forget_random)
-    for role, path in [("--original", original), ("--unlearned", unlearned),
-                       *(("--retrained", p) for p in retrained), ("--forget-indices", forget_indices)]:
-        if path is not None:
-            validate.input_file(role, path)
-    validate.output_dir("--out", out)  # a 35-second audit that cannot write its report fails now
-    try:
-        config = AuditConfig(center=center, confidence=confidence, n_splits=n_splits, audit_data=audit_data,
-                             bn_recalibration=resurface, head_refit=resurface, head_relearn=resurface,
-                             relearn=resurface,
-                             n_jobs=jobs, idi=idi)
-    except (TypeError, ValueError) as e:
-        raise UserError(str(e)) from None
-    dev = resolve_device(device)
-    bundle = load_dataset(dataset, data_dir, download, data_seed)
-    spec = ForgetSpec(classes=tuple(classes),
-                      random=forget_random, indices_file=str(forget_indices) if forget_indices else None)
-    split = make_split(bundle, spec, seed=data_seed)
-    console = Console()
-    m_o, meta_o = _load(original, "original", model, bundle)
+    for role, path in [("--original", original), ("--unlearned", unlearned), *(("--retrained", p) for p in retrained)]:
+        validate.input_file(role, path)
+    validate.output_dir("--out", out)
+
+
+def _models(original: Path, unlearned: Path, retrained: list[Path], *, model, bundle, split_hash: str, console):
+    """The three roles' checkpoints; a reference trained on another split is named in a warning."""
+    from rich.markup import escape
+
+    m_o, _ = _load(original, "original", model, bundle)
     m_u, _ = _load(unlearned, "unlearned", model, bundle)
     refs = []
     for path in retrained:
         m_r, meta_r = _load(path, "retrained", model, bundle)
         trained_on = (meta_r.get("key") or {}).get("split_hash")
-        if trained_on and trained_on != split.split_hash:
+        if trained_on and trained_on != split_hash:
             console.print(f"[yellow]warning: {escape(str(path))} was retrained on split {trained_on}, but this "
-                          f"forget request gives split {split.split_hash} (another forget set or --data-seed?)[/]")
-        refs.append(m_r.to(dev))
-    layer_list = [t for t in (layers or "").replace(" ", "").split(",") if t] or None
-    if layer_list:
+                          f"forget request gives split {split_hash} (another forget set or --data-seed?)[/]")
+        refs.append(m_r)
+    return m_o, m_u, refs
+
+
+def _layer_list(layers: Optional[str], model) -> list[str] | None:
+    """``--layers a,b`` checked against the model's audit layers before any feature is extracted."""
+    names = [t for t in (layers or "").replace(" ", "").split(",") if t] or None
+    if names:
         from ..models.zoo import taps_of
 
-        known = list(taps_of(m_u))
-        missing = [name for name in layer_list if name not in known]
+        known = list(taps_of(model))
+        missing = [name for name in names if name not in known]
         if missing:
             raise UserError(f"--layers: no layer {missing[0]!r} in the model; it has {', '.join(known)}")
-    try:
-        report = audit(m_o.to(dev), m_u.to(dev), refs, split, layers=layer_list, config=config, device=dev)
-    except (KeyError, ValueError) as e:
-        raise UserError(str(e).strip("'\"")) from None
+    return names
+
+
+def _print_report(report, console) -> None:
+    """Verdict, evidence and the per-layer table; user text (layer names, evidence) printed literally."""
+    from rich.table import Table
+    from rich.text import Text
+
     style = VERDICT_STYLE.get(report.verdict, "bold")
     console.print(f"verdict: [{style}]{report.verdict}[/] (rests on the {report.rests_on} data: "
                   f"{report.rests_on_reason})")
     for line in report.evidence:
         console.print(f"  - {line}", highlight=False, markup=False)
+    rows = report.layers[report.rests_on]
+    if not rows:
+        return
     table = Table(title=f"layers, {report.rests_on} data", show_lines=False)
     for col in ("layer", "ΔAUROC [CI]", "sep. ratio [CI]", "LPR (Mirage)", "CKA orig.", "CKA retr.", "tolerance"):
         table.add_column(col, no_wrap=col == "layer")
-    for r in report.layers[report.rests_on]:
-        name = Text(r.layer)  # a user's layer name is printed literally, never as markup
+    for r in rows:
+        cka = (f"{r.cka_original:.3f}", f"{r.cka_retrain:.3f}")
         if r.probed:
             d, s = r.delta_auroc, r.separability_ratio
-            table.add_row(name, f"{d.value:+.1f} [{d.low:+.1f}, {d.high:+.1f}]",
-                          f"{s.value:.2f} [{s.low:.2f}, {s.high:.2f}]", f"{r.lpr:.1f}", f"{r.cka_original:.3f}",
-                          f"{r.cka_retrain:.3f}", f"{r.separability_margin:.3g}x")
+            table.add_row(Text(r.layer), f"{d.value:+.1f} [{d.low:+.1f}, {d.high:+.1f}]",
+                          f"{s.value:.2f} [{s.low:.2f}, {s.high:.2f}]", f"{r.lpr:.1f}", *cka,
+                          f"{r.separability_margin:.3g}x")
         else:
-            table.add_row(name, "too few samples", "", "n/a", f"{r.cka_original:.3f}",
-                          f"{r.cka_retrain:.3f}", "")
-    if report.layers[report.rests_on]:
-        console.print(table)
-        pen = report.layer(report.penultimate)
-        if pen.tolerance is not None:
-            console.print(f"tolerance: {pen.tolerance.describe()}", highlight=False, markup=False)
-    paths = write_audit(report, out)
-    console.print(f"wrote {paths['json']}, {paths['md'].name} and {paths['html'].name}", markup=False,
-                  highlight=False)
-    return report
+            table.add_row(Text(r.layer), "too few samples", "", "n/a", *cka, "")
+    console.print(table)
+    pen = report.layer(report.penultimate)
+    if pen.tolerance is not None:
+        console.print(f"tolerance: {pen.tolerance.describe()}", highlight=False, markup=False)

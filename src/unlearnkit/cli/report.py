@@ -1,4 +1,4 @@
-"""``unlearnkit report``: a plain function with typer defaults, registered by cli.py."""
+"""``unlearnkit report``: a plain function with typer defaults, registered in cli/__init__.py."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,6 +10,7 @@ from ..errors import UserError
 
 
 def report_command(
+    *,
     db: Optional[Path] = typer.Option(None, help="results store written by `unlearnkit bench` "
                                                  "(default results/unlearnkit.db when no --results is given)"),
     results: List[Path] = typer.Option([], "--results", help="a results.json written by `unlearnkit run` "
@@ -19,8 +20,8 @@ def report_command(
 ):
     """Tables in the seed papers' layouts, plots, and a self-contained report.html (+ .md, .csv)."""
     from .. import validate
-    from .build import make_report
-    from .records import load_records
+    from ..report.build import make_report
+    from ..report.records import load_records
 
     validate.output_dir("--out", out)  # before any work: a report that cannot be written fails first
     if db is None and not results:
@@ -30,14 +31,14 @@ def report_command(
                             "`unlearnkit bench`) or --results path/to/results.json")
     elif db is not None:
         validate.input_file("--db", db)
-    records, repeated = load_records(db, list(results))  # the store is only read (opened read-only)
-    sources = ([f"store {db}"] if db is not None else []) + [str(p) for p in results]
-    runs = None
+    rows = runs = None
     if db is not None:
         from ..bench.store import ResultStore
 
-        with ResultStore(db, create=False) as store:
-            runs = store.runs()
+        with ResultStore(db, create=False) as store:  # the store is only read (opened read-only)
+            rows, runs = store.rows(), store.runs()
+    records, repeated = load_records(db, list(results), store_rows=rows)
+    sources = ([f"store {db}"] if db is not None else []) + [str(p) for p in results]
     paths = make_report(records, out, sources, title, runs)
     if repeated:
         typer.echo(f"note: {repeated} repeated row(s) (same task, seed and method) counted once", err=True)

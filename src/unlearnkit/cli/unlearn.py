@@ -1,7 +1,6 @@
 """``unlearnkit unlearn``: unlearn a checkpoint the user brings and write an unlearned checkpoint.
 
-A plain function with typer defaults; cli.py registers it with
-``app.command("unlearn")(handles_errors(unlearn_command))``. Every value is checked before any work
+A plain function with typer defaults, registered in cli/__init__.py. Every value is checked before any work
 (:mod:`unlearnkit.validate`): a bad one raises :class:`unlearnkit.errors.UserError` (one line, exit
 code 2 through ``handles_errors``) before the dataset or the model is loaded, and nothing is written
 to ``--out`` unless the method finished (the checkpoint is written atomically). No reference model
@@ -11,14 +10,15 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
-from . import validate
-from .errors import UserError
+from .. import validate
+from ..errors import UserError
 
 PRESETS = ("auto", "small", "reference")
 
@@ -49,8 +49,8 @@ def parse_params(items: List[str] | None) -> dict:
 
 def _method_name(method: str) -> str:
     """The canonical name of one method the runner accepts (aliases and plug-in combos included)."""
-    from .methods import METHODS
-    from .runner import method_names
+    from ..methods import METHODS
+    from ..methods.names import method_names
 
     text = method.strip()
     if "," in text or text.lower() == "all":
@@ -60,7 +60,7 @@ def _method_name(method: str) -> str:
     # unknown names: did-you-mean; a VFL-only method is checked against the checkpoint once it is loaded
     (name,) = method_names([text], setting="vfl")
     cls = METHODS.get(name)
-    if name == "retrain" or cls.starts_from_scratch:
+    if cls.is_reference or cls.starts_from_scratch:
         raise UserError(f"{name} trains a new model from scratch and needs no checkpoint: use "
                         f"unlearnkit train --retrain (with the forget set) instead")
     cls.check_distributed()
@@ -68,7 +68,7 @@ def _method_name(method: str) -> str:
 
 
 def _construct(name: str, preset: str, dataset: str, params: dict):
-    from .methods import METHODS
+    from ..methods import METHODS
 
     try:
         return METHODS.get(name).from_preset(preset, dataset, **params)
@@ -80,7 +80,7 @@ def _model_name(model: Optional[str]) -> Optional[str]:
     """``--model`` checked by name (canonical); ``torchvision:``/``timm:`` names are left to the loader."""
     if model is None:
         return None
-    from .models.zoo import MODELS
+    from ..models.zoo import MODELS
 
     text = model.strip()
     if not text:
@@ -88,6 +88,15 @@ def _model_name(model: Optional[str]) -> Optional[str]:
     if text.startswith(("torchvision:", "timm:")):
         return text
     return MODELS.canonical(text)
+
+
+def _check_files(checkpoint: Path, out: Path) -> tuple[Path, Path]:
+    """The checkpoint can be read, ``--out`` written, and they are not the same file."""
+    checkpoint = validate.input_file("--checkpoint", checkpoint)
+    out = validate.output_file("--out", out)
+    if _same_file(checkpoint, out) or checkpoint.resolve() == out.resolve():
+        raise UserError(f"--out {out} is the --checkpoint itself; write the unlearned model to another file")
+    return checkpoint, out
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -98,6 +107,7 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 def unlearn_command(
+    *,
     checkpoint: Path = typer.Option(..., help="checkpoint to unlearn: an unlearnkit checkpoint, or a plain "
                                               "state_dict with --model naming its architecture"),
     dataset: str = typer.Option(..., help="dataset the model was trained on (unlearnkit list datasets)"),
@@ -127,30 +137,16 @@ def unlearn_command(
     The result is what unlearnkit audit --unlearned reads; its meta records the method, its
     hyperparameters, the source checkpoint's sha256 and the split.
     """
-    from .data.datasets import DATASETS
-    from .data.splits import ForgetSpec
-    from .methods import METHODS, preset_for
-    from .training import resolve_device
+    from ..checkpoints import save_checkpoint
+    from ..data.datasets import DATASETS
+    from ..data.splits import ForgetSpec
+    from ..methods import preset_for
+    from ..runtime import resolve_device
 
-    # ---- every value, before any work --------------------------------------------------------
-    given = [forget_classes is not None, forget_random is not None, forget_indices is not None]
-    if sum(given) != 1:
-        raise UserError("say what to forget with exactly one of --forget-classes, --forget-random, "
-                        "--forget-indices")
-    classes: list[int] = []
-    if forget_classes is not None:
-        classes = validate.int_list("--forget-classes", forget_classes)
-        if not classes:
-            raise UserError(f"--forget-classes is empty; give classes such as 3 or 3,8, not "
-                            f"{forget_classes!r}")
-    random_ = validate.forget_random("--forget-random", forget_random) if forget_random is not None else None
-    if forget_indices is not None:
-        validate.input_file("--forget-indices", forget_indices)
+    # every value, before any work
+    spec = ForgetSpec.from_options(forget_classes, forget_random, forget_indices)
     validate.choice("--preset", preset, PRESETS)
-    checkpoint = validate.input_file("--checkpoint", checkpoint)
-    out = validate.output_file("--out", out)
-    if _same_file(checkpoint, out) or checkpoint.resolve() == out.resolve():
-        raise UserError(f"--out {out} is the --checkpoint itself; write the unlearned model to another file")
+    checkpoint, out = _check_files(checkpoint, out)
     if not dataset.startswith("imagefolder:"):
         DATASETS.canonical(dataset)  # unknown name: did-you-mean, before any data is read
     if download:
@@ -160,60 +156,93 @@ def unlearn_command(
     params = parse_params(param)
     ds_name = DATASETS.canonical(dataset) if not dataset.startswith("imagefolder:") else dataset
     _construct(name, preset_for(ds_name, model_name or "") if preset == "auto" else preset, ds_name, params)
-    dev = resolve_device(device)
-    spec = ForgetSpec(classes=tuple(classes), random=random_,
-                      indices_file=str(forget_indices) if forget_indices is not None else None)
-
-    # ---- the work -------------------------------------------------------------------------------
-    from .checkpoints import file_sha256, load_checkpoint, save_checkpoint
-    from .data.datasets import load_dataset
-    from .data.splits import make_split
-    from .errors import NonFiniteLossError
-    from .evaluation import model_outputs
-    from .metrics.accuracy import accuracy
-    from .models.features import LOGITS
-    from .models.vfl import is_vfl
-    from .runner import git_commit, task_params
-    from .runtime import Runtime
-    from .training import versions
-
-    t_start = time.perf_counter()
-    bundle = load_dataset(dataset, data_dir, download, data_seed)
-    split = make_split(bundle, spec, seed=data_seed)
-    source_sha = file_sha256(checkpoint)
-    net, src_meta = load_checkpoint(checkpoint, model_name=model_name, num_classes=bundle.num_classes,
-                                    in_channels=bundle.in_channels, image_size=bundle.image_size)
-    arch = src_meta["model"]["name"]
-    cls = METHODS.get(name)
-    if cls.requires_vfl and not is_vfl(net):
-        raise UserError(f"{name} unlearns vertical federated models only, and {checkpoint} holds a {arch} "
-                        f"(train one with unlearnkit train --setting vfl)")
-    arch_for_preset = src_meta["model"]["kwargs"].get("bottom", arch) if arch == "vfl" else arch
-    chosen = preset_for(bundle.name, arch_for_preset) if preset == "auto" else preset
-    unlearner = _construct(name, chosen, bundle.name, task_params(name, split, params))
-    try:
-        res = unlearner.unlearn(net, split, original=net, device=dev, seed=seed, progress=progress,
-                                runtime=Runtime())
-    except NonFiniteLossError as e:
-        raise UserError(f"{e} (nothing was written)") from None
-    outputs = model_outputs(res.model, split, (), dev)
-    metrics = {"forget_acc": accuracy(outputs["train_forget"][LOGITS], split.train_forget.y),
-               "retain_acc": accuracy(outputs["train_retain"][LOGITS], split.train_retain.y),
-               "test_acc_full": accuracy(outputs["test"][LOGITS], split.test.y)}
-    meta = {
-        "kind": "unlearned",
-        "method": name, "params": unlearner.params(), "preset": chosen, "paper": cls.paper,
-        "source_checkpoint": str(checkpoint), "source_sha256": source_sha,
-        "source_state_sha256": src_meta.get("sha256"), "source_kind": src_meta.get("kind"),
-        "dataset": bundle.name, "data_seed": data_seed, "split_hash": split.split_hash,
-        "forget": spec.to_dict(), "n_train_forget": len(split.train_forget),
-        "seed": seed, "runtime_s": res.runtime_s, "stop_reason": res.stop_reason, "history": res.history,
-        "metrics": metrics, "device": str(dev), "wall_s": time.perf_counter() - t_start,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "versions": versions(), "git_commit": git_commit(),
-    }
+    req = _Request(checkpoint=checkpoint, out=out, dataset=dataset, spec=spec, method=name, params=params,
+                   preset=preset, model=model_name, seed=seed, data_seed=data_seed, data_dir=data_dir,
+                   download=download, device=resolve_device(device), progress=progress)
+    res, meta = _unlearn(req)
     save_checkpoint(res.model, out, meta)
     stopped = "" if res.stop_reason == "completed" else f", {res.stop_reason}"
     typer.echo(f"wrote {out} (method {name}, {res.runtime_s:.1f} s{stopped}; forget acc "
-               f"{metrics['forget_acc']:.1f} %, retain acc {metrics['retain_acc']:.1f} %)")
+               f"{meta['metrics']['forget_acc']:.1f} %, retain acc {meta['metrics']['retain_acc']:.1f} %)")
     return meta
+
+
+@dataclass(frozen=True)
+class _Request:
+    """The checked values of one ``unlearnkit unlearn`` call."""
+
+    checkpoint: Path
+    out: Path
+    dataset: str
+    spec: object
+    method: str
+    params: dict
+    preset: str
+    model: Optional[str]
+    seed: int
+    data_seed: int
+    data_dir: Path
+    download: bool
+    device: object
+    progress: bool
+
+
+def _unlearn(req: _Request):
+    """Load data and checkpoint, run the method, measure; returns the result and the checkpoint's meta."""
+    from ..checkpoints import file_sha256, load_checkpoint
+    from ..data.datasets import load_dataset
+    from ..data.splits import make_split
+    from ..errors import NonFiniteLossError
+    from ..methods import METHODS, preset_for
+    from ..models.vfl import is_vfl
+    from ..runner import task_params
+    from ..runtime import Runtime
+
+    t_start = time.perf_counter()
+    bundle = load_dataset(req.dataset, req.data_dir, req.download, req.data_seed)
+    split = make_split(bundle, req.spec, seed=req.data_seed)
+    source_sha = file_sha256(req.checkpoint)
+    net, src_meta = load_checkpoint(req.checkpoint, model_name=req.model, num_classes=bundle.num_classes,
+                                    in_channels=bundle.in_channels, image_size=bundle.image_size)
+    arch = src_meta["model"]["name"]
+    cls = METHODS.get(req.method)
+    if cls.requires_vfl and not is_vfl(net):
+        raise UserError(f"{req.method} unlearns vertical federated models only, and {req.checkpoint} holds a "
+                        f"{arch} (train one with unlearnkit train --setting vfl)")
+    arch_for_preset = src_meta["model"]["kwargs"].get("bottom", arch) if arch == "vfl" else arch
+    chosen = preset_for(bundle.name, arch_for_preset) if req.preset == "auto" else req.preset
+    unlearner = _construct(req.method, chosen, bundle.name, task_params(req.method, split, req.params))
+    try:
+        res = unlearner.unlearn(net, split, original=net, device=req.device, seed=req.seed, progress=req.progress,
+                                runtime=Runtime())
+    except NonFiniteLossError as e:
+        raise UserError(f"{e} (nothing was written)") from None
+    meta = {"kind": "unlearned", "method": req.method, "params": unlearner.params(), "preset": chosen,
+            "paper": cls.paper, "source_checkpoint": str(req.checkpoint), "source_sha256": source_sha,
+            "source_state_sha256": src_meta.get("sha256"), "source_kind": src_meta.get("kind"),
+            "dataset": bundle.name, "data_seed": req.data_seed, "split_hash": split.split_hash,
+            "forget": req.spec.to_dict(), "n_train_forget": len(split.train_forget), "seed": req.seed,
+            "runtime_s": res.runtime_s, "stop_reason": res.stop_reason, "history": res.history,
+            "metrics": _accuracies(res.model, split, req.device), "device": str(req.device),
+            "wall_s": time.perf_counter() - t_start, **_provenance()}
+    return res, meta
+
+
+def _accuracies(model, split, device) -> dict:
+    """Forget, retain and full-test accuracy (%) of the unlearned model."""
+    from ..evaluation import model_outputs
+    from ..metrics.accuracy import accuracy
+    from ..models.features import LOGITS
+
+    outputs = model_outputs(model, split, (), device)
+    return {"forget_acc": accuracy(outputs["train_forget"][LOGITS], split.train_forget.y),
+            "retain_acc": accuracy(outputs["train_retain"][LOGITS], split.train_retain.y),
+            "test_acc_full": accuracy(outputs["test"][LOGITS], split.test.y)}
+
+
+def _provenance() -> dict:
+    from ..runner import git_commit
+    from ..training import versions
+
+    return {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "versions": versions(),
+            "git_commit": git_commit()}

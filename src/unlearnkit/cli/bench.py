@@ -1,4 +1,4 @@
-"""``unlearnkit bench SUITE.yaml``: a plain function with typer defaults, registered by cli.py."""
+"""``unlearnkit bench SUITE.yaml``: a plain function with typer defaults, registered in cli/__init__.py."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,6 +13,7 @@ DEFAULT_DB = "results/unlearnkit.db"
 
 
 def bench_command(
+    *,
     suite_file: Path = typer.Argument(..., metavar="SUITE.yaml", help="benchmark suite, e.g. "
                                       "benchmarks/configs/cpu.yaml"),
     db: Optional[Path] = typer.Option(None, help=f"results store (SQLite); default: the suite's db, else {DEFAULT_DB}"),
@@ -33,12 +34,13 @@ def bench_command(
     """Run a benchmark grid into the results store; finished cells are kept, the next call resumes."""
     from rich.console import Console
 
-    from ..training import resolve_device
-    from .cell import Machine
-    from .executors import make_executor
-    from .grid import load_suite
-    from .runner import run_bench
-    from .store import ResultStore
+    from ..bench.cell import Machine
+    from ..bench.executors import make_executor
+    from ..bench.grid import load_suite
+    from ..bench.runner import run_bench
+    from ..bench.store import ResultStore
+    from ..runtime import resolve_device
+    from ..training import check_cache_dir
 
     suite = load_suite(suite_file)
     db_path = Path(db or suite.db or DEFAULT_DB)
@@ -50,7 +52,7 @@ def bench_command(
     resolve_device(device)  # an unknown device fails now, not in every cell
     validate.output_file("--db", db_path)  # before any cell runs: a store that cannot be written loses them
     validate.output_dir("--out", out_dir)
-    validate.cache_dir("--cache-dir", cache_dir)
+    check_cache_dir("--cache-dir", cache_dir)
     machine = Machine(out=str(out_dir), cache_dir=str(cache_dir) if cache_dir else None, device=device,
                       data_dir=str(data_dir), download=download)
     with ResultStore(db_path, exclusive=True) as store:
@@ -70,7 +72,7 @@ def _dry_run(suite, db_path: Path):
 
     done = set()
     if db_path.exists():  # no store yet: nothing finished (and none is created); a folder: UserError
-        from .store import ResultStore
+        from ..bench.store import ResultStore
 
         with ResultStore(db_path, create=False) as store:  # read-only: a dry run writes nothing
             done = store.finished()

@@ -1,0 +1,86 @@
+"""What the steps of one audit share: :class:`AuditContext` (the split, the settings, the device and the
+run's cache) and :class:`ForwardPasses` (the audited models and one forward pass of each).
+
+:func:`unlearnkit.audit.audit` builds both once and hands them to every step (per-layer measures,
+resurfacing checks, IDI), so no step takes more than a handful of arguments.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from torch import nn
+
+from .config import AuditConfig
+from .data import is_sample_level
+from .memo import AuditCache
+from .tolerance import calibrated_for
+
+
+@dataclass(frozen=True)
+class AuditContext:
+    """The split, the audit settings, where to compute, and the run's :class:`AuditCache` (None: nothing
+    is reused). ``key`` identifies this split and configuration: a result cached under it with the
+    identity of the object it was computed from (the original, a reference, or their outputs) is valid
+    for every audit of the run."""
+
+    split: Any
+    config: AuditConfig
+    device: Any = None
+    cache: AuditCache | None = None
+    key: tuple = ()
+
+    @classmethod
+    def for_run(cls, split, config: AuditConfig, device=None,
+                cache: AuditCache | None = None) -> AuditContext:
+        """The context of one audit: a fresh cache when none is shared, ``key`` from the split's identity
+        and the configuration."""
+        cache = cache if cache is not None else AuditCache()
+        return cls(split, config, device, cache, (*cache.key(split), AuditCache.config_key(config)))
+
+    @property
+    def sample_level(self) -> bool:
+        """Random / indices forgetting (:func:`unlearnkit.audit.data.is_sample_level`)."""
+        return is_sample_level(self.split)
+
+    def cache_key(self, obj: Any, *parts) -> tuple | None:
+        """The key of a result computed from ``obj`` (with ``parts`` naming what), None without a cache."""
+        return None if self.cache is None else self.cache.key(obj, *parts, *self.key)
+
+    def cached(self, obj: Any, parts: tuple, compute: Callable[[], Any]) -> Any:
+        """``compute()``, or its value from the cache when an earlier audit of the run computed it from the
+        same ``obj`` (see :meth:`cache_key`)."""
+        key = self.cache_key(obj, *parts)
+        return compute() if key is None else self.cache.get_or(key, compute)
+
+
+@dataclass
+class ForwardPasses:
+    """The audited models and their outputs (:func:`unlearnkit.evaluation.model_outputs`: every audit
+    layer and the logits, per part of the split), made by :func:`unlearnkit.audit.passes.forward_passes`.
+
+    ``layers`` are the layers measured: the audit layers less those that read the same vector as a
+    deeper one (``same_as``, ``{shallower: deeper}``). ``broken`` is one line when the unlearned model's
+    weights or outputs are non-finite; the other passes are then not run."""
+
+    original: nn.Module
+    unlearned: nn.Module
+    refs: list[nn.Module]
+    layers: list[str]
+    out_u: dict | None = None
+    out_o: dict | None = None
+    out_refs: list[dict] = field(default_factory=list)
+    same_as: dict[str, str] = field(default_factory=dict)
+    broken: str | None = None
+
+    @property
+    def penultimate(self) -> str:
+        """The layer of the per-model representation numbers and the head checks: ``penultimate`` when
+        audited, else the deepest audited layer."""
+        return "penultimate" if "penultimate" in self.layers else self.layers[-1]
+
+    @property
+    def calibrated_on(self) -> str | None:
+        """What the one-reference tolerance was calibrated on, when it holds for these models
+        (:func:`unlearnkit.audit.tolerance.calibrated_for`)."""
+        return calibrated_for(self.original, self.unlearned, *self.refs)

@@ -1,0 +1,4 @@
+"""``python -m unlearnkit.cli``: the same command line as ``unlearnkit``."""
+from . import main
+
+main()
