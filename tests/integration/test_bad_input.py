@@ -9,10 +9,14 @@ baseline that is valid (checked: it reaches the work), with one option replaced.
 """
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
 import os
+import shutil
 import stat
+import subprocess
+import sys
 import typing
 from pathlib import Path
 
@@ -39,6 +43,10 @@ def guard(monkeypatch):
     def stop(*args, **kwargs):
         raise WorkStarted
 
+    # import every module first: one imported while patched would keep ``stop`` as its own name for good
+    for module in ("unlearnkit.training", "unlearnkit.runner", "unlearnkit.audit", "unlearnkit.bench.runner",
+                   "unlearnkit.report.build", "unlearnkit.forgetting_quality", "unlearnkit.methods.base"):
+        importlib.import_module(module)
     for target in ("unlearnkit.training.reference_model", "unlearnkit.runner.reference_model",
                    "unlearnkit.audit.audit", "unlearnkit.runner.audit_model", "unlearnkit.bench.runner.run_bench",
                    "unlearnkit.report.build.make_report", "unlearnkit.forgetting_quality._reference",
@@ -303,14 +311,29 @@ def test_bench_suite_shape_is_checked(top, guard, tmp_path):
 # --- locations ---------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
 def test_a_read_only_output_folder_is_refused_before_training(guard, tmp_path, files):
+    """Through the CLI where the file modes hold (not root); as root they hold only without the override
+    capability, so there the same check runs in a process that has dropped it (setpriv)."""
     ro = tmp_path / "ro"
     ro.mkdir()
     ro.chmod(stat.S_IRUSR | stat.S_IXUSR)
     try:
-        result = runner.invoke(app, baseline("run", files, ro / "out"))
-        assert_refused(result, ro / "out", "not writable")
+        if os.geteuid() != 0:
+            result = runner.invoke(app, baseline("run", files, ro / "out"))
+            assert_refused(result, ro / "out", "not writable")
+            return
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("root without setpriv: the folder's mode does not bind root")
+        limited = [setpriv, "--bounding-set=-dac_override,-dac_read_search,-fowner"]
+        if subprocess.run([*limited, "mkdir", str(ro / "probe")], capture_output=True).returncode == 0:
+            (ro / "probe").rmdir()
+            pytest.skip("setpriv could not drop the override here")
+        code = ("from unlearnkit import validate\n"
+                f"validate.output_dir('--out', {str(ro / 'out')!r})")
+        r = subprocess.run([*limited, sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert "UserError: --out" in r.stderr and "is not writable" in r.stderr, r.stderr
+        assert not (ro / "out").exists() and os.listdir(ro) == []
     finally:
         ro.chmod(stat.S_IRWXU)
 

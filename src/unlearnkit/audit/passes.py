@@ -11,6 +11,7 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
+from ..errors import UserError
 from ..evaluation import model_outputs
 from ..models.features import LOGITS
 from ..models.zoo import audit_layers, taps_of
@@ -30,11 +31,12 @@ def as_model_list(retrained) -> list[nn.Module]:
 
 
 def checked_layers(layers: list[str], models: Sequence[nn.Module]) -> list[str]:
-    """``layers``, each a tap of every model; ValueError naming the missing ones otherwise."""
+    """``layers``, each a tap of every model; a :class:`UserError` naming the missing ones otherwise
+    (checked before any feature is extracted)."""
     for m in models:
         missing = [name for name in layers if name not in taps_of(m)]
         if missing:
-            raise ValueError(f"layer(s) {missing} not found in a model; it has {list(taps_of(m))}")
+            raise UserError(f"layer(s) {missing} not found in a model; it has {', '.join(taps_of(m))}")
     return layers
 
 

@@ -91,7 +91,7 @@ def _audit(paths: list[Path], spec, data: dict, *, model, layers, config, device
     console = Console()
     m_o, m_u, refs = _models(paths[0], paths[1], paths[2:], model=model, bundle=bundle,
                              split_hash=split.split_hash, console=console)
-    layer_list = _layer_list(layers, m_u)
+    layer_list = _layer_list(layers, [m_o, m_u, *refs])
     try:
         report = audit(m_o.to(dev), m_u.to(dev), [m.to(dev) for m in refs], split, layers=layer_list,
                        config=config, device=dev)
@@ -131,17 +131,13 @@ def _models(original: Path, unlearned: Path, retrained: list[Path], *, model, bu
     return m_o, m_u, refs
 
 
-def _layer_list(layers: Optional[str], model) -> list[str] | None:
-    """``--layers a,b`` checked against the model's audit layers before any feature is extracted."""
-    names = [t for t in (layers or "").replace(" ", "").split(",") if t] or None
-    if names:
-        from ..models.zoo import taps_of
+def _layer_list(layers: Optional[str], models: list) -> list[str] | None:
+    """``--layers a,b``, checked against every model's audit layers (the audit's own check) before
+    any feature is extracted."""
+    from ..audit.passes import checked_layers
 
-        known = list(taps_of(model))
-        missing = [name for name in names if name not in known]
-        if missing:
-            raise UserError(f"--layers: no layer {missing[0]!r} in the model; it has {', '.join(known)}")
-    return names
+    names = [t for t in (layers or "").replace(" ", "").split(",") if t]
+    return checked_layers(names, models) if names else None
 
 
 def _print_report(report, console) -> None:
