@@ -121,6 +121,11 @@ def reinit(model: nn.Module) -> None:
             m.reset_parameters()
 
 
+def randn_like(p: Tensor, gen: torch.Generator) -> Tensor:
+    """Standard normal noise shaped like ``p``, drawn on the CPU with ``gen`` (the same draws on any device)."""
+    return torch.randn(p.shape, generator=gen, dtype=p.dtype).to(p.device)
+
+
 def random_labels(n: int, num_classes: int, gen: torch.Generator, exclude: Tensor | None = None) -> Tensor:
     """``n`` labels ~ Uniform{0..K-1} drawn with ``gen`` (on the CPU); with ``exclude`` (e.g. the true
     labels) each label is uniform over the K-1 *other* classes instead. For a batch, draw for the

@@ -26,11 +26,8 @@ Deliberate differences:
 - the class-wise head handling (reference: ``num_to_forget is None``) applies when the split names
   forgotten classes; for sample-level forget sets only the noise is applied.
 
-``variant="mirage"`` is Mirage's crude re-implementation (``mirage_lib.py::fisher_forgetting``), a
-different method (reference-specs §6.11): Fisher from D_f (squared gradients of batch-mean CE,
-shuffled batches of 128, summed, / N_f), ``theta += N(0,1) * mirage_alpha * clamp(1/(F + 1e-6),
-max=10)``, then clamp every weight to [-10, 10]; with alpha = 1 it destroys the model (Mirage
-reports CIFAR-10 retain accuracy ~9 %).
+Mirage's crude re-implementation is a different method, registered apart as ``fisher_mirage``
+(:mod:`.mirage_baselines`).
 """
 from __future__ import annotations
 
@@ -43,9 +40,7 @@ from torch import Tensor, nn
 from ..data.arrays import ArrayData
 from ..progress import bar
 from .base import AT_LEAST_ONE, NON_NEGATIVE, UnlearningMethod, UnlearnResult, register_method
-from .common import batches, check_finite, n_batches, per_sample_grads
-
-VARIANTS = ("reference", "mirage")
+from .common import check_finite, n_batches, per_sample_grads, randn_like
 
 
 def expected_fisher(model: nn.Module, data: ArrayData, num_classes: int, chunk: int, device, *,
@@ -98,10 +93,6 @@ def fisher_mean_var(theta0: Tensor, fisher: Tensor, alpha: float, is_head: bool,
     return mu, var
 
 
-def _randn_like(p: Tensor, gen: torch.Generator) -> Tensor:
-    return torch.randn(p.shape, generator=gen, dtype=p.dtype).to(p.device)
-
-
 @register_method("fisher_forgetting", "FF")
 @dataclass
 class FisherForgetting(UnlearningMethod):
@@ -116,22 +107,16 @@ class FisherForgetting(UnlearningMethod):
     # retain damage:  digits, all 1164 retain samples: alpha 1e-6: 0 / 91.4 (18 s), 1e-7: 0 / 99.2;
     # digits, max_samples 256: 1e-6: 0 / 89.8, 3e-7: 0 / 100, 1e-7: 0 / 100 (~2-3 s);
     # mnist5k, max_samples 256: 1e-6: 0 / 95.6, 3e-7: 0 / 96.7, 1e-7: 0 / 96.7 (~12 s on 1 CPU thread).
-    CHOICES = {"variant": VARIANTS}
     PRESETS = {"reference": {}, "small": {"alpha": 3e-7, "max_samples": 256},
                "test": {"alpha": 3e-7, "max_samples": 32}}
-    CONSTRAINTS = {"alpha": NON_NEGATIVE, "max_samples": AT_LEAST_ONE, "chunk_size": AT_LEAST_ONE,
-                   "mirage_alpha": NON_NEGATIVE}  # alpha scales a variance
+    # alpha scales a variance
+    CONSTRAINTS = {"alpha": NON_NEGATIVE, "max_samples": AT_LEAST_ONE, "chunk_size": AT_LEAST_ONE}
 
     alpha: float = 1e-6
     max_samples: int | None = None
     chunk_size: int = 64
-    variant: str = "reference"
-    mirage_alpha: float = 1.0
-    mirage_batch_size: int = 128
 
     def _unlearn(self, model, data, original, device, gen, progress):
-        if self.variant == "mirage":
-            return self._mirage(model, data, device, gen, progress)
         retain = data.retain
         if self.max_samples is not None and len(retain) > self.max_samples:
             retain = retain.subset(torch.randperm(len(retain), generator=gen)[: self.max_samples])
@@ -145,29 +130,5 @@ class FisherForgetting(UnlearningMethod):
                 if n not in fisher:
                     continue
                 mu, var = fisher_mean_var(p.detach(), fisher[n], self.alpha, n in head, forget_classes)
-                p.copy_(mu + var.sqrt() * _randn_like(p, gen))
+                p.copy_(mu + var.sqrt() * randn_like(p, gen))
         return UnlearnResult(model, "completed", [{"fisher_samples": len(retain)}])
-
-    def _mirage(self, model, data, device, gen, progress):
-        model.eval()
-        bs = self.mirage_batch_size
-        fisher = {n: torch.zeros_like(p) for n, p in model.named_parameters() if p.requires_grad}
-        with bar(n_batches(data.forget, bs), "fisher_forgetting (mirage)", progress) as pb:
-            for step, (x, y) in enumerate(batches(data.forget, bs, gen, device)):
-                model.zero_grad(set_to_none=True)
-                loss = F.cross_entropy(model(x), y)
-                check_finite(loss, self.name, step)
-                loss.backward()
-                for n, p in model.named_parameters():
-                    if p.grad is not None:
-                        fisher[n] += p.grad.detach().pow(2)
-                pb.update(1)
-        model.zero_grad(set_to_none=True)
-        with torch.no_grad():
-            for n, p in model.named_parameters():
-                if n not in fisher:
-                    continue
-                w = (1.0 / (fisher[n] / max(len(data.forget), 1) + 1e-6)).clamp(max=10.0)
-                p.add_(_randn_like(p, gen) * self.mirage_alpha * w)
-                p.clamp_(-10.0, 10.0)
-        return UnlearnResult(model, "completed", [])

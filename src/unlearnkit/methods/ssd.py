@@ -13,12 +13,10 @@ ResNet-18 values: alpha (``selection_weighting``) = 10, lambda (``dampening_cons
 parameters take part (BN affine and biases too); no training loop; no augmentation (the
 reference's ``unlearning=True`` datasets use the test transform).
 
-``variant="mirage"`` is Mirage's simplified re-implementation (``mirage_lib.py::ssd_unlearn``), a
-different method (reference-specs §6.11): importances are *sums* of ``|grad|`` over the D_f and the
-D_r batches (not D; shuffled loaders, batch 128), parameters with ``imp_f / (imp_r + 1e-8) > 1``
-are multiplied by ``1 - mirage_damping`` (0.9). Mirage reports it leaves forget accuracy near 88 %.
+Mirage's simplified re-implementation is a different method, registered apart as ``ssd_mirage``
+(:mod:`.mirage_baselines`).
 
-Deliberate differences: none in the reference variant (the unused ``lower_bound``/``exponent``
+Deliberate differences: none (the unused ``lower_bound``/``exponent``
 parameters are fixed at their reference value 1).
 """
 from __future__ import annotations
@@ -31,10 +29,8 @@ from torch import Tensor, nn
 
 from ..data.arrays import ArrayData
 from ..progress import bar
-from .base import POSITIVE, UNIT, UnlearningMethod, UnlearnResult, register_method
+from .base import POSITIVE, UnlearningMethod, UnlearnResult, register_method
 from .common import check_finite, n_batches
-
-VARIANTS = ("reference", "mirage")
 
 
 def grad_importance(model: nn.Module, data: ArrayData, batch_size: int, device, method: str, *,
@@ -99,23 +95,16 @@ class SelectiveSynapticDampening(UnlearningMethod):
     # digits gave alpha 3.25: 40 / 100, 3: 0.0 / 97.7, 2.5: 0 / 85.2, 2: 0 / 42.2, while mnist5k
     # matched the numbers above. 2.25 forgets on both machines' digits models; mnist5k keeps 3.
     # lambda < 1 only lowered retain accuracy (alpha 3, lambda 0.3: 0 / 89.1 on digits, earlier machine).
-    CHOICES = {"variant": VARIANTS}
     PRESETS = {"reference": {}, "small": {"selection_weighting": 3.0}, "test": {"selection_weighting": 3.0},
                "small@digits": {"selection_weighting": 2.25}}
-    # alpha and lambda scale importance ratios (> 0); Mirage's variant keeps 1 - damping of a weight
-    CONSTRAINTS = {"selection_weighting": POSITIVE, "dampening_constant": POSITIVE, "mirage_damping": UNIT}
+    CONSTRAINTS = {"selection_weighting": POSITIVE, "dampening_constant": POSITIVE}  # they scale importance ratios
 
     selection_weighting: float = 10.0   # alpha
     dampening_constant: float = 1.0     # lambda
     batch_size: int = 64
-    variant: str = "reference"
-    mirage_damping: float = 0.1
-    mirage_batch_size: int = 128
 
     def _unlearn(self, model, data, original, device, gen, progress):
         model.eval()
-        if self.variant == "mirage":
-            return self._mirage(model, data, device, gen, progress)
         full = ArrayData.concat([data.retain, data.forget])
         total = n_batches(full, self.batch_size) + n_batches(data.forget, self.batch_size)
         with bar(total, "ssd", progress) as pb:
@@ -126,17 +115,3 @@ class SelectiveSynapticDampening(UnlearningMethod):
         n_all = sum(v.numel() for v in imp_f.values())
         history = [{"selected": n_sel, "selected_fraction": n_sel / n_all}]
         return UnlearnResult(model, "completed", history)
-
-    def _mirage(self, model, data, device, gen, progress):
-        bs = self.mirage_batch_size
-        with bar(n_batches(data.forget, bs) + n_batches(data.retain, bs), "ssd (mirage)", progress) as pb:
-            imp_f = grad_importance(model, data.forget, bs, device, self.name, power=1, reduce="sum", pb=pb, gen=gen)
-            imp_r = grad_importance(model, data.retain, bs, device, self.name, power=1, reduce="sum", pb=pb, gen=gen)
-        n_sel = 0
-        with torch.no_grad():
-            for n, p in model.named_parameters():
-                if n in imp_f:
-                    mask = (imp_f[n] / (imp_r[n] + 1e-8) > 1.0).float()
-                    p.mul_(1.0 - mask * self.mirage_damping)
-                    n_sel += int(mask.sum())
-        return UnlearnResult(model, "completed", [{"selected": n_sel}])

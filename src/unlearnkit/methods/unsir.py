@@ -1,6 +1,6 @@
 """UNSIR: learn error-maximising noise for the forgotten class, impair the model on it, repair on D_r.
 
-Reference (default, ``variant="reference"``): Tarun, Chundawat, Mandal & Kankanhalli, "Fast Yet
+Reference: Tarun, Chundawat, Mandal & Kankanhalli, "Fast Yet
 Effective Machine Unlearning", IEEE TNNLS 2023 (arXiv 2111.08947); official notebook
 ``vikram2000b/Fast-Machine-Unlearning@fc217ce`` ``Machine Unlearning.ipynb`` (ResNet-18, CIFAR-10),
 confirmed with the search tool (reference-specs §3.17 only lists Mirage's variant)::
@@ -22,11 +22,8 @@ Reference quirks not reproduced (deliberate differences):
 - the method is class-wise; for a sample-level forget set the noise targets the labels present in
   D_f and the retain subset takes every class (the paper does not cover that case).
 
-``variant="mirage"`` is Mirage's re-implementation (``mirage_lib.py::unsir_unlearn``, reference-specs
-§3.17), a different method: train mode, SGD momentum 0.9 no weight decay, batch 128: gradient
-ascent on D_f (``mirage_epochs``, grad-norm clip 1.0) -> add N(0, 0.1^2) to every weight -> CE on D_r
-at ``mirage_lr * 0.1`` (clip 1.0). Mirage zeroes NaN weights and skips NaN losses; here a non-finite
-loss stops with :class:`NonFiniteLossError` like every method.
+Mirage's re-implementation is a different method, registered apart as ``unsir_mirage``
+(:mod:`.mirage_baselines`).
 """
 from __future__ import annotations
 
@@ -38,10 +35,8 @@ from torch import Tensor
 
 from ..data.arrays import ArrayData
 from ..progress import bar
-from .base import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UnlearningMethod, UnlearnResult, register_method
-from .common import batches, check_finite, n_batches, set_train_mode
-
-VARIANTS = ("reference", "mirage")
+from .base import AT_LEAST_ONE, NON_NEGATIVE, UnlearningMethod, UnlearnResult, register_method
+from .common import check_finite, set_train_mode
 
 
 def first_per_class(data: ArrayData, classes, per_class: int) -> ArrayData:
@@ -88,17 +83,15 @@ class UNSIR(UnlearningMethod):
     #   impair 3e-3, repair 1e-3, bs 64, 3 repair epochs: 0.0 / 99.2 (20 copies of 256 noise images, 4 s)
     #   same with 5 copies of 64 noise images: 2 repair epochs 0.0 / 98.4 (2.7 s); 3 epochs 0.0 / 99.2
     # mnist5k with the preset: 0.0 / 91.4 (50 s on a loaded 2-core machine).
-    # Mirage variant (lr 1e-3, 5 + 5 epochs) on digits: 0.0 / 15.6.
-    CHOICES = {"variant": VARIANTS}
+    # (Mirage's version, unsir_mirage, lr 1e-3, 5 + 5 epochs, on digits: 0.0 / 15.6.)
     PRESETS = {"reference": {},
                "small": {"impair_lr": 3e-3, "repair_lr": 1e-3, "batch_size": 64, "repair_epochs": 2,
                          "noise_batch_size": 64, "noise_copies": 5},
                "test": {"impair_lr": 3e-3, "repair_lr": 1e-3, "batch_size": 64, "repair_epochs": 1,
                         "noise_batch_size": 16, "noise_copies": 1, "noise_steps": 2, "retain_per_class": 10}}
-    # the noise's L2 weight and Mirage's weight-noise std >= 0, its clip norm > 0
+    # the noise's L2 weight >= 0
     CONSTRAINTS = {"noise_steps": NON_NEGATIVE, "noise_l2": NON_NEGATIVE, "noise_copies": AT_LEAST_ONE,
-                   "retain_per_class": AT_LEAST_ONE, "mirage_weight_noise": NON_NEGATIVE,
-                   "mirage_clip": POSITIVE}
+                   "retain_per_class": AT_LEAST_ONE}
 
     noise_batch_size: int = 256
     noise_steps: int = 40
@@ -112,16 +105,8 @@ class UNSIR(UnlearningMethod):
     repair_epochs: int = 1
     batch_size: int = 256
     bn_mode: str = "train"
-    variant: str = "reference"
-    mirage_lr: float = 1e-3
-    mirage_epochs: int = 5
-    mirage_weight_noise: float = 0.1
-    mirage_clip: float = 1.0
-    mirage_batch_size: int = 128
 
     def _unlearn(self, model, data, original, device, gen, progress):
-        if self.variant == "mirage":
-            return self._mirage(model, data, device, gen, progress)
         classes = list(data.forgotten_classes) or sorted(set(data.forget.y.tolist()))
         kept = [c for c in range(data.num_classes) if c not in data.forgotten_classes]
         retain = first_per_class(data.retain, kept, self.retain_per_class)
@@ -157,40 +142,4 @@ class UNSIR(UnlearningMethod):
                         pb.update(1, **{f"{phase}_loss": loss.item()})
                     history.append({"phase": phase, "epoch": epoch + 1,
                                     "loss": run / max(1, -(-len(y) // self.batch_size))})
-        return UnlearnResult(model, "completed", history)
-
-    def _mirage(self, model, data, device, gen, progress):
-        bs, clip = self.mirage_batch_size, self.mirage_clip
-        total = self.mirage_epochs * (n_batches(data.forget, bs) + n_batches(data.retain, bs))
-        history, step = [], 0
-        with bar(total, "unsir (mirage)", progress) as pb:
-            set_train_mode(model, self.bn_mode)
-            opt = torch.optim.SGD(model.parameters(), lr=self.mirage_lr, momentum=0.9)
-            for epoch in range(self.mirage_epochs):
-                for x, y in batches(data.forget, bs, gen, device):
-                    loss = -F.cross_entropy(model(x), y)
-                    check_finite(loss, self.name, step)
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-                    opt.step()
-                    step += 1
-                    pb.update(1, forget_ce=-loss.item())
-                history.append({"phase": "ascent", "epoch": epoch + 1, "forget_ce": -loss.item()})
-            with torch.no_grad():
-                for p in model.parameters():
-                    noise = torch.randn(p.shape, generator=gen, dtype=p.dtype).to(p.device)
-                    p.add_(noise * self.mirage_weight_noise)
-            opt = torch.optim.SGD(model.parameters(), lr=self.mirage_lr * 0.1, momentum=0.9)
-            for epoch in range(self.mirage_epochs):
-                for x, y in batches(data.retain, bs, gen, device):
-                    loss = F.cross_entropy(model(x), y)
-                    check_finite(loss, self.name, step)
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-                    opt.step()
-                    step += 1
-                    pb.update(1, retain_ce=loss.item())
-                history.append({"phase": "repair", "epoch": epoch + 1, "retain_ce": loss.item()})
         return UnlearnResult(model, "completed", history)
