@@ -29,6 +29,7 @@ import math
 import os
 import types
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Iterator
@@ -97,17 +98,51 @@ class Step:
         return self.hi - self.lo
 
 
-_active: dict[int, Step | None] = {}
-_tokens = itertools.count()
+class ShardedStreams:
+    """The sharded batch streams open in one context (one unlearning run): for each, the share of its
+    current global batch this rank holds. Kept in a :class:`~contextvars.ContextVar`, so concurrent
+    runs (threads, tasks) never see each other's streams, and :func:`stream_scope` gives each run its
+    own and drops it afterwards."""
+
+    def __init__(self) -> None:
+        self._steps: dict[int, Step | None] = {}
+        self._tokens = itertools.count()
+
+    def open(self) -> int:
+        token = next(self._tokens)
+        self._steps[token] = None
+        return token
+
+    def advance(self, token: int, step: Step) -> None:
+        self._steps[token] = step
+
+    def close(self, token: int) -> None:
+        self._steps.pop(token, None)
+
+    def current(self) -> Step | None:
+        steps = [s for s in self._steps.values() if s is not None]
+        if len(steps) > 1:
+            raise RuntimeError("two sharded batch streams are active at once: the gradient weight of a step "
+                               "is ambiguous (this method is not data-parallel)")
+        return steps[0] if steps else None
+
+
+_STREAMS: ContextVar[ShardedStreams | None] = ContextVar("unlearnkit_sharded_streams", default=None)
+
+
+def streams() -> ShardedStreams:
+    """This context's open sharded streams (created on first use)."""
+    current = _STREAMS.get()
+    if current is None:
+        current = ShardedStreams()
+        _STREAMS.set(current)
+    return current
 
 
 def current_step() -> Step | None:
     """The share of the global batch last yielded by :func:`sharded_batches` (None outside one)."""
-    steps = [s for s in _active.values() if s is not None]
-    if len(steps) > 1:
-        raise RuntimeError("two sharded batch streams are active at once: the gradient weight of a step "
-                           "is ambiguous (this method is not data-parallel)")
-    return steps[0] if steps else None
+    current = _STREAMS.get()
+    return None if current is None else current.current()
 
 
 def sharded_batches(data: ArrayData, batch_size: int, *, shuffle: bool = True,
@@ -118,29 +153,28 @@ def sharded_batches(data: ArrayData, batch_size: int, *, shuffle: bool = True,
     if w.size == 1:
         yield from data.batches(batch_size, shuffle=shuffle, generator=generator, augment=augment, device=device)
         return
-    token = next(_tokens)
-    _active[token] = None
+    open_streams = streams()  # the context's own object: closed there even if finalised elsewhere
+    token = open_streams.open()
     try:
         starts = range(0, len(data), batch_size)
         for s, batch in zip(starts, data.batches(batch_size, shuffle=shuffle, generator=generator,
                                                  augment=augment, device=device, shard=(w.rank, w.size))):
             n_global = min(batch_size, len(data) - s)
-            _active[token] = Step(*shard_bounds(n_global, w.rank, w.size), n_global)
+            open_streams.advance(token, Step(*shard_bounds(n_global, w.rank, w.size), n_global))
             yield batch
     finally:
-        _active.pop(token, None)
+        open_streams.close(token)
 
 
 @contextmanager
 def stream_scope() -> Iterator[None]:
-    """Forget the sharded streams opened within the block when it ends, even one left unfinished
-    (an endless ``cycle``, or one held by an exception's traceback)."""
-    before = set(_active)
+    """A fresh :class:`ShardedStreams` for the block, dropped when it ends, with every stream opened
+    within it, even one left unfinished (an endless ``cycle``, or one held by an exception's traceback)."""
+    token = _STREAMS.set(ShardedStreams())
     try:
         yield
     finally:
-        for token in set(_active) - before:
-            _active.pop(token, None)
+        _STREAMS.reset(token)
 
 
 def local_rows(t: Tensor) -> Tensor:
@@ -322,7 +356,12 @@ def _forward(self, x: Tensor) -> Tensor:
 @contextmanager
 def synced_batchnorm(model: nn.Module) -> Iterator[None]:
     """Within the block, every BatchNorm of ``model`` in training mode, fed a sharded batch, uses
-    the global batch's statistics (a no-op in one process); the modules are restored afterwards."""
+    the global batch's statistics (a no-op in one process); the modules are restored afterwards.
+
+    Each BatchNorm gets an instance-level ``forward`` for the block rather than being swapped for
+    another module (as ``nn.SyncBatchNorm.convert_sync_batchnorm`` does): the modules, their parameters,
+    buffers and any hooks a method registered on them stay the same objects, and the step it reads
+    comes explicitly from this context's :class:`ShardedStreams`."""
     if world().size == 1:
         yield
         return

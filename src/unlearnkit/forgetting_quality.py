@@ -50,6 +50,7 @@ from .bench.cell import Machine
 from .checkpoints import atomic_write_bytes, atomic_write_text
 from .config import RunConfig
 from .errors import UserError
+from .methods import METHODS
 from .plotting import literal_text
 
 SCHEMA = "unlearnkit.forgetting_quality/1"
@@ -214,8 +215,6 @@ def _method_list(methods) -> list[str]:
 
 
 def _runs_for(runs_for: dict | None, names: list[str], runs: int) -> dict[str, int]:
-    from .methods import METHODS
-
     out = {}
     for name, n in (runs_for or {}).items():
         c = METHODS.canonical(str(name).strip())
@@ -461,7 +460,7 @@ def _results(plan: _Plan, records: dict, todo: list[Job], original, *, given: di
     from .training import versions
 
     task, cfg, split = plan.task, plan.task.cfg, plan.task.split
-    refs = [records[j.name] for j in todo if j.role == "reference" and j.method == "retrain"]
+    refs = [records[j.name] for j in todo if j.role == "reference" and METHODS.get(j.method).is_reference]
     return validate.finite_or_none({
         "schema": SCHEMA,
         "config": {"dataset": given["dataset"], "model": cfg.model, "forget_classes": cfg.forget_classes,

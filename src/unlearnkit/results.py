@@ -29,6 +29,8 @@ from pathlib import Path
 from . import validate
 
 SCHEMA = "unlearnkit.results/1"
+#: the keys of the two reference rows of ``models`` (every other key is a method's label)
+ORIGINAL, RETRAIN = "original", "retrain"
 
 
 @dataclass

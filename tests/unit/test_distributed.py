@@ -80,3 +80,37 @@ def test_supported_methods_are_the_documented_ones():
             "scrub", "boundary_shrink", "boundary_expand", "retrain"} <= supported
     assert not supported & {"purge", "ssd", "fisher_forgetting", "influence", "tarf", "duck", "contrastive",
                             "cola", "ec", "unsir", "ec+duck"}
+
+
+def _stream(n=10, batch=4):
+    data = ArrayData(torch.zeros(n, 1, 1, 1), torch.zeros(n, dtype=torch.long), (0.0,), (1.0,))
+    return distributed.sharded_batches(data, batch, shuffle=False)
+
+
+def test_a_stream_is_seen_only_inside_its_scope_and_dropped_with_it(two_processes):
+    with distributed.stream_scope():
+        it = _stream()
+        next(it)
+        assert distributed.current_step() == distributed.Step(0, 2, 4)  # rank 0 of 2 holds rows 0..1
+        next(it)
+        assert distributed.current_step().n_global == 4
+        with distributed.stream_scope():  # a nested run starts with no stream
+            assert distributed.current_step() is None
+        assert distributed.current_step() is not None
+    assert distributed.current_step() is None  # the unfinished stream went with its scope
+    it.close()  # finalising it later touches only its own scope's record
+
+
+def test_two_open_streams_are_refused_and_other_threads_see_neither(two_processes):
+    import threading
+
+    seen = []
+    with distributed.stream_scope():
+        a, b = _stream(), _stream()
+        next(a), next(b)
+        with pytest.raises(RuntimeError, match="two sharded batch streams"):
+            distributed.current_step()
+        t = threading.Thread(target=lambda: seen.append(distributed.current_step()))
+        t.start()
+        t.join()
+    assert seen == [None]

@@ -158,7 +158,8 @@ class FisherMirage(UnlearningMethod):
     def _unlearn(self, model, data, original, device, gen, progress):
         model.eval()
         with bar(n_batches(data.forget, self.batch_size), "fisher_mirage", progress) as pb:
-            fisher = squared_grad_sum(model, data.forget, self.batch_size, gen, device, self.name, pb)
+            fisher = squared_grad_sum(model, data.forget, self.batch_size, gen=gen, device=device, method=self.name,
+                                      pb=pb)
         with torch.no_grad():
             for n, p in model.named_parameters():
                 if n not in fisher:
@@ -169,7 +170,7 @@ class FisherMirage(UnlearningMethod):
         return UnlearnResult(model, "completed", [])
 
 
-def squared_grad_sum(model, data, batch_size: int, gen, device, method: str, pb) -> dict[str, torch.Tensor]:
+def squared_grad_sum(model, data, batch_size: int, *, gen, device, method: str, pb) -> dict[str, torch.Tensor]:
     """Sum over shuffled batches of the squared gradient of the batch-mean CE, per parameter."""
     fisher = {n: torch.zeros_like(p) for n, p in model.named_parameters() if p.requires_grad}
     for step, (x, y) in enumerate(batches(data, batch_size, gen, device)):
@@ -248,15 +249,16 @@ class UNSIRMirage(UnlearningMethod):
         history, step = [], 0
         with bar(total, "unsir_mirage", progress) as pb:
             set_train_mode(model, self.bn_mode)
-            step = self._phase(model, data.forget, "ascent", self.lr, gen, device, pb, history, step)
+            run = dict(gen=gen, device=device, pb=pb, history=history)
+            step = self._phase(model, data.forget, "ascent", self.lr, step=step, **run)
             with torch.no_grad():
                 for p in model.parameters():
                     p.add_(randn_like(p, gen) * self.weight_noise)
-            self._phase(model, data.retain, "repair", self.lr * 0.1, gen, device, pb, history, step)
+            self._phase(model, data.retain, "repair", self.lr * 0.1, step=step, **run)
         return UnlearnResult(model, "completed", history)
 
-    def _phase(self, model, part, phase, lr, gen, device, pb, history, step):
-        """Why it takes 9 parameters: one loop for both phases, sharing the step counter and history."""
+    def _phase(self, model, part, phase: str, lr: float, *, step: int, gen, device, pb, history) -> int:
+        """One phase (ascent on D_f or repair on D_r) of SGD with gradient-norm clipping; returns the step count."""
         sign, key = (-1.0, "forget_ce") if phase == "ascent" else (1.0, "retain_ce")
         opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
         for epoch in range(self.epochs):

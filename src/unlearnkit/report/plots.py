@@ -12,6 +12,7 @@ import io
 import math
 
 from ..plotting import literal_text
+from ..results import RETRAIN
 from .stats import stat
 from .tables import block_name, forget_acc_yu, group, layer, metric
 
@@ -58,7 +59,7 @@ def trilemma(records) -> bytes | None:
             x, _ = _means(recs, metric("test_retain_acc"))
             y, ye = _means(recs, layer("delta_lpr"))
             c, _ = _means(recs, forget_acc_yu)
-            if m == "retrain" and x is not None:
+            if m == RETRAIN and x is not None:
                 y, ye = 0.0, 0.0
             if x is None or y is None:
                 continue
@@ -118,8 +119,8 @@ def runtime(records) -> bytes | None:
             y, ye = _means(recs, metric("gap"))
             if x is None or y is None or x <= 0:
                 continue
-            ax.errorbar(x, y, yerr=ye, fmt="*" if m == "retrain" else "o", ms=8 if m == "retrain" else 4,
-                        color="C3" if m == "retrain" else "C0", ecolor="0.7", lw=0.8)
+            ax.errorbar(x, y, yerr=ye, fmt="*" if m == RETRAIN else "o", ms=8 if m == RETRAIN else 4,
+                        color="C3" if m == RETRAIN else "C0", ecolor="0.7", lw=0.8)
             ax.annotate(m, (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points")
         ax.set_xscale("log")
         ax.set(xlabel="wall time (s, log)", ylabel="Gap to retrain (%) ↓", title=block_name(block))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .. import validate
 from ..errors import UserError
-from ..results import forget_label, group_audit, model_label, retrain_view
+from ..results import RETRAIN, forget_label, group_audit, model_label, retrain_view
 
 REFERENCE_ROWS = ("retrain", "original")
 
@@ -249,7 +249,7 @@ def with_retrain_views(records: list[Record]) -> list[Record]:
         audits.setdefault((*r.block, r.seed), []).append((r.method, r.audit))
     for r in records:
         a = group_audit(audits[(*r.block, r.seed)])
-        if r.method == "retrain" and not r.audit and a:
+        if r.method == RETRAIN and not r.audit and a:
             r.audit = retrain_view(a)
     return records
 
