@@ -1,10 +1,16 @@
-# README's two commands: `make demo` and `make test`. Both create .venv with pip when missing.
+# Targets: demo, test (full offline suite, CI's), test-fast (unit + methods, < 2 min), browser (chromium for the
+# real-browser test), docs (docs/methods.md), lint, install, bench, clean-runs. All but browser create .venv when missing.
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
+# Extra pytest arguments, e.g. `make test-fast PYTEST_ARGS=--durations=25`.
+PYTEST_ARGS ?=
+# The fast tier leaves out what spawns torchrun, starts Ray, drives a browser or is heavy (markers in pyproject.toml).
+FAST_MARKS  := not slow and not torchrun and not ray and not browser and not heavy
+BROWSERS    := chromium chromium-browser google-chrome
 
-.PHONY: demo test lint install clean-runs bench
+.PHONY: demo test test-fast browser docs lint install clean-runs bench
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -22,11 +28,30 @@ demo: $(STAMP)
 	$(BIN)/unlearnkit run --dataset mnist5k --model small_cnn --forget-classes 3 \
 	    --methods finetune,gradient_ascent --seed 0 --out runs/demo
 
+# The whole offline suite (only `slow` is left out, by pyproject.toml's addopts). It does not install a
+# browser: without one the real-browser test skips and says `make browser`.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit tests/methods -m "$(FAST_MARKS)" $(PYTEST_ARGS)
+
+# Chromium for tests/integration/test_report_html.py: nothing to do when one is on PATH; apt-get install
+# as root where apt-get exists; otherwise one line saying how.
+browser:
+	@for b in $(BROWSERS); do p=$$(command -v $$b) && { echo "browser: $$p"; exit 0; }; done; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get install -y -qq chromium || { apt-get update -qq && apt-get install -y -qq chromium; }; \
+	else \
+	    echo "no browser found ($(BROWSERS)): install one, e.g. as root: apt-get install chromium"; \
+	fi
+
+docs: $(STAMP)
+	$(BIN)/unlearnkit list methods --markdown --out docs/methods.md
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks examples
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/train_throughput.py

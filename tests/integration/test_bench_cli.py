@@ -178,6 +178,7 @@ def test_kill_9_mid_grid_loses_nothing_and_resumes(tmp_path, cache_dir):
     assert query(db, "PRAGMA integrity_check") == [("ok",)]
 
 
+@pytest.mark.ray
 def test_ray_executor_gives_the_same_cells(tmp_path, cache_dir):
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'unlearnkit[ray]')")
     import torch

@@ -36,6 +36,7 @@ from unlearnkit.training import default_recipe, reference_model, with_overrides
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 WORKER = Path(__file__).with_name("ddp_worker.py")
+pytestmark = pytest.mark.torchrun
 RECIPE = {"epochs": 2, "batch_size": 128}  # 1,295 rows: a last batch of 15 rows (8 + 7)
 
 

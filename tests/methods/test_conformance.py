@@ -230,6 +230,7 @@ def test_no_hook_left_on_the_model_when_a_method_raises(name, digits_split, requ
         assert no_hooks(model), f"{name} left a hook on the model after an error at forward {fail_at}"
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", ALL)
 def test_reduces_forget_accuracy_on_digits(name, digits_split, request):
     cls = METHODS.get(name)

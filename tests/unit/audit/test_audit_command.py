@@ -10,6 +10,8 @@ from typer.testing import CliRunner
 from unlearnkit import create_model, save_checkpoint
 from unlearnkit.cli import app as cli_app
 
+pytestmark = pytest.mark.heavy  # trains the audit references and runs whole audits: `make test`, not test-fast
+
 
 @pytest.fixture(scope="module")
 def app():

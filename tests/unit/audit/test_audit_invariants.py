@@ -37,6 +37,7 @@ def _no_hooks(model):
         assert not m._forward_hooks and not m._forward_pre_hooks, name
 
 
+@pytest.mark.heavy
 def test_audit_does_not_mutate_models_and_removes_its_hooks(original, retrain0, audit_split):
     unlearned = masked_head(original)
     unlearned.train()  # the audit must evaluate in eval mode and give the mode back
@@ -52,6 +53,7 @@ def test_audit_does_not_mutate_models_and_removes_its_hooks(original, retrain0, 
     unlearned.eval()
 
 
+@pytest.mark.heavy
 def test_precomputed_outputs_are_reused_without_a_forward_pass(original, retrain0, audit_split):
     from unlearnkit.evaluation import model_outputs
 
@@ -78,6 +80,7 @@ def test_precomputed_outputs_are_reused_without_a_forward_pass(original, retrain
     assert rep.layer_names == layers
 
 
+@pytest.mark.heavy
 def test_delta_lpr_matches_the_metric_it_extends(rep_erased, original, retrain0, retrain1, audit_split):
     """With one reference, ΔLPR and its CI are exactly metrics.paired_delta_lpr on the same rows."""
     from unlearnkit.audit.data import train_data
@@ -117,6 +120,7 @@ def test_bad_config_is_a_user_error(bad):
         AuditConfig(**bad)
 
 
+@pytest.mark.heavy
 def test_retrained_must_be_models(original, audit_split):
     with pytest.raises(ValueError):
         audit(original, original, [], audit_split, config=AuditConfig(**FAST))
@@ -157,6 +161,7 @@ def _without_timing(rep):
     return d
 
 
+@pytest.mark.heavy
 def test_shared_cache_changes_nothing_but_the_work(original, retrain0, retrain1, audit_split):
     """A run's audits share an AuditCache: the second audit reuses the original's and the reference's
     probes, bootstraps, k-NN, head re-fit and resurfacing results, and its report is identical to a fresh audit."""
@@ -181,6 +186,7 @@ def test_shared_cache_changes_nothing_but_the_work(original, retrain0, retrain1,
     assert _without_timing(first) == _without_timing(audit(original, masked, retrain0, audit_split, config=cfg))
 
 
+@pytest.mark.heavy
 def test_batched_probe_solver_agrees_with_sklearn(original, retrain0, audit_split):
     """The batched solver (default on a GPU) gives the sklearn probe's numbers up to lbfgs tolerance.
 
@@ -207,6 +213,7 @@ def test_batched_probe_solver_agrees_with_sklearn(original, retrain0, audit_spli
             assert rb.lpr_auroc == pytest.approx(ra.lpr_auroc, abs=0.005), (data, ra.layer)
 
 
+@pytest.mark.heavy
 def test_idi_is_one_for_the_masked_original_and_near_zero_for_another_retrain(original, retrain0, retrain1,
                                                                             audit_split):
     """The masked-output original has the original's features at every layer: IDI exactly 1. A model
@@ -247,6 +254,7 @@ def test_idi_cut_graph_computes_the_rest_of_the_model(name, layer):
         assert torch.allclose(rest(f[layer]).flatten(1), f["penultimate"].flatten(1), atol=1e-5)
 
 
+@pytest.mark.heavy
 def test_idi_full_copy_fallback_gives_the_same_estimate(original, audit_split, monkeypatch):
     """Where the forward cannot be traced the critic runs the whole copy; the estimate is the same."""
     import unlearnkit.audit.idi as idi_mod

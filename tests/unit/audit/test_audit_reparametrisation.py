@@ -17,6 +17,7 @@ from audit_helpers import REPARAMETRISATIONS, masked_head, single_thread
 from unlearnkit.audit import AuditConfig, audit
 from unlearnkit.audit.memo import AuditCache
 
+pytestmark = pytest.mark.heavy  # trains the audit references and runs whole audits: `make test`, not test-fast
 CONFIG = AuditConfig(relearn=False)  # relearning is reported only (SGD is not reparametrisation-invariant)
 
 

@@ -5,7 +5,11 @@ import base64
 import json
 import math
 
+import pytest
+
 from unlearnkit.audit import VERDICTS, write_audit
+
+pytestmark = pytest.mark.heavy  # trains the audit references and runs whole audits: `make test`, not test-fast
 
 LAYER_KEYS = {"lpr", "delta_lpr", "delta_lpr_ci", "cka_original", "cka_retrain", "separability", "delta_auroc",
               "delta_auroc_ci", "separability_ratio", "separability_ratio_ci", "auroc_margin", "mahalanobis"}

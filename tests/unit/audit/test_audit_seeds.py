@@ -12,6 +12,7 @@ from audit_helpers import bn_masked, masked_head, single_thread
 from unlearnkit.audit import AuditConfig, audit
 from unlearnkit.audit.memo import AuditCache
 
+pytestmark = pytest.mark.heavy  # trains the audit references and runs whole audits: `make test`, not test-fast
 CASES = {"masked": ("suppressed", lambda o, s: masked_head(o)),
          "bn_masked": ("suppressed", lambda o, s: bn_masked(o, s)),
          "retrain1": ("erased", None)}

@@ -12,6 +12,8 @@ from scipy import stats
 from unlearnkit.audit import AuditConfig
 from unlearnkit.audit.constructed import head_retrained
 
+pytestmark = pytest.mark.heavy  # trains the audit references and runs whole audits: `make test`, not test-fast
+
 
 def test_retrain_of_another_seed_is_erased(rep_erased):
     assert rep_erased.verdict == "erased", rep_erased.summary()

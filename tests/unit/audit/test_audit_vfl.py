@@ -1,6 +1,7 @@
 """Transmitted-embedding diagnostics of VFL models (Mirage): the audit of what passive parties send."""
 from __future__ import annotations
 
+import pytest
 from audit_helpers import masked_head
 
 from unlearnkit import create_model
@@ -8,6 +9,7 @@ from unlearnkit.audit import audit, write_audit
 from unlearnkit.audit.vfl import transmitted_diagnostics
 
 
+@pytest.mark.heavy
 def test_output_masked_vfl_model_is_caught_at_the_transmitted_embedding(
         digits_split, digits_vfl_original, digits_vfl_retrain, tmp_path):
     """Hiding class 3 in the active party's classifier leaves what the parties transmit untouched:

@@ -215,6 +215,7 @@ SETPRIV = shutil.which("setpriv")
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or SETPRIV is None, reason="needs root and setpriv (util-linux)")
+@pytest.mark.heavy
 def test_read_only_for_real_without_the_root_override(tmp_path):
     """As root without CAP_DAC_OVERRIDE the file modes hold, as for any user: report and dry run still work
     (plain ``mode=ro`` would fail here: SQLite wants to create -wal and -shm beside a WAL database)."""
