@@ -33,6 +33,7 @@ RANKS = [
     ["audit"],
     ["results"],
     ["mirage_table"],
+    ["api"],  # the Python API (unlearn / audit of the user's model and data); the CLI builds on it
     ["config"],
     ["runner"],
     ["bench"],

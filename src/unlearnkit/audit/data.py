@@ -69,8 +69,8 @@ def _stratified_cap(is_forget: np.ndarray, cap: int, seed: int) -> np.ndarray:
 
 
 def is_sample_level(split) -> bool:
-    """Random / indices forgetting: the forget set shares its classes with the retained data."""
-    return getattr(split.spec, "kind", "classes") in ("random", "indices") or len(split.test_forget) == 0
+    """Random / indices / given-samples forgetting: the forget set shares its classes with the retained data."""
+    return getattr(split.spec, "kind", "classes") in ("random", "indices", "samples") or len(split.test_forget) == 0
 
 
 def test_data(split, config: AuditConfig) -> AuditData | None:

@@ -47,7 +47,8 @@ def audit_command(
     data_dir: Path = typer.Option(Path("data"), help="where torchvision datasets live"),
     download: bool = typer.Option(False, "--download", help="download a missing torchvision dataset"),
     device: str = typer.Option("auto", help="auto | cpu | cuda | cuda:N"),
-    layers: Optional[str] = typer.Option(None, help="comma-separated layers [the model's audit layers]"),
+    layers: Optional[str] = typer.Option(None, help="comma-separated layers: audit layer names or module paths "
+                                                    "(e.g. layer3,fc) [the model's audit layers]"),
     center: bool = typer.Option(True, "--center/--no-center",
                                 help="centered linear CKA (Kornblith); --no-center reproduces Mirage's code"),
     confidence: float = typer.Option(0.95, help="confidence of every interval and test"),
@@ -80,7 +81,7 @@ def _audit(paths: list[Path], spec, data: dict, *, model, layers, config, device
     """Load the data and the checkpoints (original, unlearned, references), audit, print, write."""
     from rich.console import Console
 
-    from ..audit import audit, write_audit
+    from ..audit import audit_split, write_audit
     from ..data.datasets import load_dataset
     from ..data.splits import make_split
     from ..runtime import resolve_device
@@ -91,10 +92,9 @@ def _audit(paths: list[Path], spec, data: dict, *, model, layers, config, device
     console = Console()
     m_o, m_u, refs = _models(paths[0], paths[1], paths[2:], model=model, bundle=bundle,
                              split_hash=split.split_hash, console=console)
-    layer_list = _layer_list(layers, [m_o, m_u, *refs])
-    try:
-        report = audit(m_o.to(dev), m_u.to(dev), [m.to(dev) for m in refs], split, layers=layer_list,
-                       config=config, device=dev)
+    layer_list = [t for t in (layers or "").replace(" ", "").split(",") if t] or None
+    try:  # the Python API's audit (uk.audit) on this split; --layers checked before any feature is extracted
+        report = audit_split(m_o, m_u, refs, split, layers=layer_list, config=config, device=dev)
     except (KeyError, ValueError) as e:
         raise UserError(str(e).strip("'\"")) from None
     _print_report(report, console)
@@ -129,15 +129,6 @@ def _models(original: Path, unlearned: Path, retrained: list[Path], *, model, bu
                           f"forget request gives split {split_hash} (another forget set or --data-seed?)[/]")
         refs.append(m_r)
     return m_o, m_u, refs
-
-
-def _layer_list(layers: Optional[str], models: list) -> list[str] | None:
-    """``--layers a,b``, checked against every model's audit layers (the audit's own check) before
-    any feature is extracted."""
-    from ..audit.passes import checked_layers
-
-    names = [t for t in (layers or "").replace(" ", "").split(",") if t]
-    return checked_layers(names, models) if names else None
 
 
 def _print_report(report, console) -> None:

@@ -189,6 +189,7 @@ class _Request:
 
 def _unlearn(req: _Request):
     """Load data and checkpoint, run the method, measure; returns the result and the checkpoint's meta."""
+    from ..api import unlearn_split
     from ..checkpoints import file_sha256, load_checkpoint
     from ..data.datasets import load_dataset
     from ..data.splits import make_split
@@ -196,7 +197,6 @@ def _unlearn(req: _Request):
     from ..methods import METHODS, preset_for
     from ..models.vfl import is_vfl
     from ..runner import task_params
-    from ..runtime import Runtime
 
     t_start = time.perf_counter()
     bundle = load_dataset(req.dataset, req.data_dir, req.download, req.data_seed)
@@ -212,9 +212,8 @@ def _unlearn(req: _Request):
     arch_for_preset = src_meta["model"]["kwargs"].get("bottom", arch) if arch == "vfl" else arch
     chosen = preset_for(bundle.name, arch_for_preset) if req.preset == "auto" else req.preset
     unlearner = _construct(req.method, chosen, bundle.name, task_params(req.method, split, req.params))
-    try:
-        res = unlearner.unlearn(net, split, original=net, device=req.device, seed=req.seed, progress=req.progress,
-                                runtime=Runtime())
+    try:  # the Python API's unlearn (uk.unlearn) on this split
+        res = unlearn_split(net, unlearner, split, device=req.device, seed=req.seed, progress=req.progress)
     except NonFiniteLossError as e:
         raise UserError(f"{e} (nothing was written)") from None
     meta = {"kind": "unlearned", "method": req.method, "params": unlearner.params(), "preset": chosen,

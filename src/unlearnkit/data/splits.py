@@ -30,9 +30,11 @@ class ForgetSpec:
     indices_file: str | None = None
     task: str | None = None            # a TARF concept task (data/concepts.py); classes = (forgotten class,)
     concept: tuple[int, ...] = ()
+    samples: int | None = None         # a sample set the user handed over (unlearnkit.data.user): its size
 
     def __post_init__(self) -> None:
-        given = sum([bool(self.classes), self.random is not None, self.indices_file is not None])
+        given = sum([bool(self.classes), self.random is not None, self.indices_file is not None,
+                     self.samples is not None])
         if given != 1:
             raise UserError("give exactly one forget specification: --forget-classes, --forget-random or "
                             "--forget-indices")
@@ -63,6 +65,8 @@ class ForgetSpec:
     def kind(self) -> str:
         if self.task is not None:
             return "concept"
+        if self.samples is not None:
+            return "samples"
         return "classes" if self.classes else "random" if self.random is not None else "indices"
 
     def describe(self) -> str:
@@ -73,11 +77,14 @@ class ForgetSpec:
         if self.kind == "random":
             r = self.random
             return f"random {r:g} of train" if r < 1 else f"random {int(r)} train samples"
+        if self.kind == "samples":
+            return f"{self.samples} given samples"
         return f"indices from {self.indices_file}"
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "classes": list(self.classes), "random": self.random,
-                "indices_file": self.indices_file, "task": self.task, "concept": list(self.concept)}
+        out = {"kind": self.kind, "classes": list(self.classes), "random": self.random,
+               "indices_file": self.indices_file, "task": self.task, "concept": list(self.concept)}
+        return {**out, "samples": self.samples} if self.samples is not None else out
 
 
 @dataclass

@@ -73,7 +73,8 @@ def audit_layers(model: nn.Module) -> list[str]:
 def taps_of(model: nn.Module) -> dict[str, Tap]:
     taps = getattr(model, "unlearnkit_taps", None)
     if not taps:
-        raise UserError("this model has no named audit layers; build it with unlearnkit.create_model")
+        raise UserError("this model has no named audit layers: build it with unlearnkit.create_model, or go through "
+                        "unlearnkit.audit / unlearnkit.unlearn, which find them (unlearnkit.models.discover)")
     return taps
 
 

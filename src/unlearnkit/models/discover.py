@@ -1,0 +1,138 @@
+"""Audit layers of any ``nn.Module``: found from one probe batch, or named by module path.
+
+Models built by :func:`unlearnkit.create_model` carry their audit layers (``unlearnkit_taps``) and
+their classifier (``unlearnkit_head``). A model built anywhere else (a torchvision or timm model
+created by hand, a user's own ``nn.Module``) gets them here, from one forward pass of a few example
+rows with a forward hook on every named module (hooks always removed):
+
+* **the classifier** is the last ``nn.Linear`` that ran and whose output is the model's output (the
+  same tensor; else the last one whose output has the logits' shape);
+* ``penultimate`` is the classifier's *input* (the vector it reads, whatever pooling or flattening
+  happened before it, also in ``forward`` code outside any module);
+* **stages** are the model's top-level children, in the order they ran, whose output is one tensor
+  with a row per sample, except the classifier and the modules holding it: the containers among them
+  with parameters (a ResNet's ``layer1..4``, a ViT's ``patch_embed`` and ``blocks``), or, for a
+  model built from single layers only, every such layer with parameters. When one top-level child
+  holds the whole network (``self.net = nn.Sequential(...)``), its children are read instead.
+
+Why forward hooks and not ``torch.fx``: hooks see every model, traceable or not (data-dependent
+control flow, timm's checkpointing wrappers), read the same module boundaries fx would give, and the
+probe pass also checks that each chosen layer returns one tensor per sample, which a symbolic trace
+cannot. One path for every model means one behaviour to test.
+
+``layers=[...]`` names layers explicitly by module path (``"layer3"``, ``"features.4"``; the module's
+output), or ``penultimate``; a name the model does not have is one :class:`UserError` line listing
+what it has. Nothing here changes a weight; the taps are attributes next to the parameters.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import UserError
+from .zoo import Tap
+
+PENULTIMATE = "penultimate"
+
+
+def has_taps(model: nn.Module) -> bool:
+    return bool(getattr(model, "unlearnkit_taps", None))
+
+
+def _module_calls(model: nn.Module, example: Tensor) -> tuple[list[tuple[str, object]], Tensor]:
+    """``[(module path, its output)]`` in the order the modules first ran, and the model's output."""
+    calls: dict[str, object] = {}
+    handles = [mod.register_forward_hook(lambda m, a, out, name=name: calls.setdefault(name, out))
+               for name, mod in model.named_modules() if name]
+    was_training = model.training
+    try:
+        model.eval()
+        with torch.no_grad():
+            logits = model(example)
+    finally:
+        model.train(was_training)
+        for h in handles:
+            h.remove()
+    if not isinstance(logits, Tensor) or logits.dim() != 2 or logits.shape[0] != example.shape[0]:
+        raise UserError(f"the model must return logits of shape [batch, classes]; it returned "
+                        f"{type(logits).__name__} {tuple(getattr(logits, 'shape', ()))}")
+    return list(calls.items()), logits
+
+
+def _classifier(model: nn.Module, calls: list[tuple[str, object]], logits: Tensor) -> str:
+    linears = [(name, out) for name, out in calls if isinstance(model.get_submodule(name), nn.Linear)]
+    for name, out in reversed(linears):
+        if out is logits:
+            return name
+    for name, out in reversed(linears):
+        if isinstance(out, Tensor) and out.shape == logits.shape:
+            return name
+    raise UserError("cannot find the classifier: no nn.Linear produces the model's output; name the audit "
+                    "layers by module path (layers=[...] / --layers)")
+
+
+def _per_sample(out: object, n: int) -> bool:
+    return isinstance(out, Tensor) and out.dim() >= 2 and out.shape[0] == n and out.is_floating_point()
+
+
+def _stages(model: nn.Module, ran: dict[str, object], head: str, n: int, prefix: str = "") -> list[str]:
+    """Stage paths among ``model``'s children (module docstring), descending into a child that holds
+    the whole network."""
+    children = [(f"{prefix}{name}", mod) for name, mod in model.named_children()]
+    holder = [path for path, _ in children if head.startswith(path + ".")]
+    candidates = [(path, mod) for path, mod in children
+                  if path in ran and path != head and not head.startswith(path + ".") and _per_sample(ran[path], n)
+                  and any(True for _ in mod.parameters())]
+    if not candidates and holder:
+        return _stages(model.get_submodule(holder[0][len(prefix):]), ran, head, n, holder[0] + ".")
+    containers = [path for path, mod in candidates if any(True for _ in mod.children())]
+    return containers or [path for path, _ in candidates]
+
+
+def discover_taps(model: nn.Module, example: Tensor) -> tuple[dict[str, Tap], str]:
+    """``(taps, head)`` of ``model`` from one forward pass of ``example`` (a few input rows)."""
+    calls, logits = _module_calls(model, example)
+    head = _classifier(model, calls, logits)
+    ran = dict(calls)
+    taps = {path: Tap(path, channels=_channels(model.get_submodule(path)))
+            for path in _stages(model, ran, head, len(example))}
+    taps[PENULTIMATE] = Tap(head, "input")
+    return taps, head
+
+
+def _channels(module: nn.Module) -> int | None:
+    """The channel count of a stage's output when its last conv or norm says it (to tell NHWC from NCHW)."""
+    last = None
+    for mod in module.modules():
+        if isinstance(mod, (nn.Conv2d, nn.BatchNorm2d, nn.LayerNorm, nn.Linear)):
+            last = mod
+    if isinstance(last, nn.Conv2d):
+        return last.out_channels
+    if isinstance(last, nn.BatchNorm2d):
+        return last.num_features
+    if isinstance(last, nn.Linear):
+        return last.out_features
+    if isinstance(last, nn.LayerNorm):
+        return int(last.normalized_shape[-1])
+    return None
+
+
+def prepare_taps(model: nn.Module, example: Tensor, layers: Sequence[str] | None = None) -> list[str]:
+    """Give ``model`` audit layers when it has none (:func:`discover_taps`) and add every module path
+    named in ``layers``; returns the layers to audit (``layers``, else all of the model's)."""
+    if not has_taps(model):
+        model.unlearnkit_taps, model.unlearnkit_head = discover_taps(model, example)
+    taps = dict(model.unlearnkit_taps)
+    modules = dict(model.named_modules())
+    for name in layers or ():
+        if name in taps:
+            continue
+        if not name or name not in modules:
+            shown = ", ".join(list(taps)[:12])
+            raise UserError(f"layer {name!r} is neither an audit layer ({shown}) nor a module path of the "
+                            f"model (such as {', '.join(n for n in list(modules)[1:6])})")
+        taps[name] = Tap(name, channels=_channels(modules[name]))
+    model.unlearnkit_taps = taps
+    return list(layers) if layers else list(taps)
