@@ -3,7 +3,7 @@
 # tensors (50,000 x 3x32x32 uint8) with and without the fast path (bf16 autocast + channels_last),
 # the ratio of unlearnkit's loop to a bare PyTorch loop, then the audit's time over the bare forward
 # passes it needs (benchmarks/audit_cost.py on the bundled mnist5k). Meant to finish in under
-# 5 minutes on one H200 (not measured yet: see README).
+# 5 minutes on one H200 (not measured yet: see docs/performance.md).
 #
 #   benchmarks/gpu_check.sh            # on a GPU machine
 #   benchmarks/gpu_check.sh --quick    # reduced sizes, runs on a CPU (or UNLEARNKIT_QUICK=1)

@@ -6,7 +6,7 @@ forgotten class's test accuracy (y_u), LPR and ΔLPR = LPR − LPR(retrain), CKA
 Fisher separability F, all at the features passive parties transmit (the concatenated cut-layer
 embedding). :data:`COLUMNS` says what each column reads and how it is written; results.md
 (:func:`mirage_table_markdown`, one row per model) and the report's Mirage table
-(:func:`unlearnkit.report.tables.mirage_table`, one column per method, mean ± std over seeds) both
+(:func:`unlearnkit.report.tables.mirage_table`, one column per method, mean ± 95 % interval over seeds) both
 use it, so one run's numbers are the same in both. The numbers come from the run's audit (no new
 measurement), at :func:`unlearnkit.results.main_layer` (``embedding`` for VFL models, the penultimate
 layer otherwise), on the audit data its verdict rests on (:func:`unlearnkit.results.verdict_layers`).

@@ -20,7 +20,7 @@ def describe(records: list[Record], sources: list[str]) -> list[str]:
     seeds = sorted({r.seed for r in records})
     methods = {r.method for r in records} - {"original", "retrain"}
     return [f"{len(records)} rows: {len(methods)} methods on {len(groups)} dataset/model/task blocks, seeds "
-            f"{', '.join(map(str, seeds))}; mean ± std over seeds",
+            f"{', '.join(map(str, seeds))}; mean ± half-width of the 95 % Student-t interval over seeds",
             f"from {'; '.join(sources)}",
             f"unlearnkit {_distinct(records, 'unlearnkit_version')}, commit {_distinct(records, 'git_commit')}, "
             f"torch {_distinct(records, 'torch_version')}, device {_distinct(records, 'device')}; written "

@@ -1,4 +1,9 @@
-"""Mean ± std over seeds, the interval shown for ΔLPR, and how numbers are written in the tables."""
+"""Mean ± 95 % interval over seeds, and how numbers are written in the tables.
+
+Every aggregated cell reads ``mean ± h``: ``h`` is the half-width of the 95 % Student-t interval of the
+mean over the ``n`` seeds (``t_{0.975, n-1} * std / sqrt(n)``), so ``[mean - h, mean + h]`` is the
+interval. One seed is shown alone (with the audit's own interval where a cell has one): an anecdote,
+which the tables' captions say."""
 from __future__ import annotations
 
 import math
@@ -36,13 +41,20 @@ def seed_interval(s: Stat, confidence: float = 0.95) -> Stat:
     return Stat(s.mean, s.std, s.n, s.mean - half, s.mean + half)
 
 
+def half_width(s: Stat, confidence: float = 0.95) -> float:
+    """The half-width of the Student-t interval of the mean over ``s.n >= 2`` seeds."""
+    iv = seed_interval(s, confidence)
+    return (iv.high - iv.low) / 2
+
+
 def fmt(s: Stat | None, spec: str = "{:.1f}", suffix: str = "") -> str:
-    """``mean ± std`` (one seed: the value), and ``[low, high]`` when ``s`` carries an interval."""
+    """``mean ± h`` over n >= 2 seeds (``h``: the 95 % interval's half-width, module docstring); one
+    seed: the value, with ``[low, high]`` when ``s`` carries the audit's interval."""
     if s is None:
         return DASH
     text = spec.format(s.mean)
     if s.n > 1:
-        text += " ± " + spec.replace("+", "").format(s.std)
+        return text + " ± " + spec.replace("+", "").format(half_width(s)) + suffix
     text += suffix
     if s.low is not None and s.high is not None:
         text += f" [{spec.format(s.low)}, {spec.format(s.high)}]"

@@ -1,4 +1,4 @@
-"""The report's tables, in the layouts of the seed papers, mean ± std over seeds.
+"""The report's tables, in the layouts of the seed papers, mean ± 95 % interval over seeds (:mod:`.stats`).
 
 * **verdicts**: every method's audit verdicts per task (an overview, not a paper's table);
 * **Mirage** (seed 000, main table): metrics as rows, Retrain then the methods as columns:
@@ -14,9 +14,9 @@
 * **layers**: ΔLPR [interval], CKA to the original and to retrain, separability ratio over
   retrain, for every audited layer.
 
-ΔLPR's interval: with one seed, the audit's paired interval over probe resplits; with n >= 2
-seeds, the 95 % Student-t interval of the mean over seeds. Every number shown is also a row of
-``summary.csv`` (``values``), so tables and CSV cannot disagree.
+Every cell over n >= 2 seeds is ``mean ± h``, ``h`` the half-width of the 95 % Student-t interval of
+the mean over seeds; with one seed, ΔLPR shows the audit's paired interval over probe resplits. Every
+number shown is also a row of ``summary.csv`` (``values``), so tables and CSV cannot disagree.
 """
 from __future__ import annotations
 
@@ -98,6 +98,8 @@ class Collector:
         s = stat(get(r) for r in recs)
         if s is not None and interval is not None:
             s = self._interval(s, recs, interval, layer_name)
+        elif s is not None and s.n >= 2:
+            s = seed_interval(s)  # the CSV's low / high: the interval the cell's ± stands for
         if s is not None:
             self.values.append({"table": self.table, "dataset": block[0], "model": block[1], "task": block[2],
                                 "method": method, "metric": metric_name, "layer": layer_name, "mean": s.mean,

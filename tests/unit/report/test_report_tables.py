@@ -1,4 +1,4 @@
-"""Report tables from hand-made records: mean ± std over seeds, intervals, layouts, IDI, retrain views."""
+"""Report tables from hand-made records: mean ± 95 % interval over seeds, layouts, IDI, retrain views."""
 from __future__ import annotations
 
 import csv
@@ -49,11 +49,19 @@ def by_key(tables, key):
     return [t for t in tables if t.key == key]
 
 
-def test_mean_std_and_formatting():
+def t_half(values, confidence=0.95):
+    """The half-width of the Student-t interval of the mean, by hand (scipy's t quantile)."""
+    v = np.asarray(values, dtype=float)
+    return student_t.ppf(0.5 + confidence / 2, len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v))
+
+
+def test_mean_interval_and_formatting():
     s = stat([1.0, 2.0, 4.5, None, float("nan")])
     assert s.n == 3 and s.mean == pytest.approx(np.mean([1, 2, 4.5]))
     assert s.std == pytest.approx(np.std([1, 2, 4.5], ddof=1))
-    assert fmt(s, "{:.2f}") == f"{np.mean([1, 2, 4.5]):.2f} ± {np.std([1, 2, 4.5], ddof=1):.2f}"
+    # 4.302653 = t_{0.975, 2} (tables); std 1.8028 -> half-width 4.4785
+    assert t_half([1, 2, 4.5]) == pytest.approx(4.302653 * 1.802776 / math.sqrt(3), rel=1e-5)
+    assert fmt(s, "{:.2f}") == f"{np.mean([1, 2, 4.5]):.2f} ± {t_half([1, 2, 4.5]):.2f}" == "2.50 ± 4.48"
     assert fmt(stat([3.0]), "{:+.1f}") == "+3.0" and fmt(None) == "—" and stat([None]) is None
     assert verdicts(["erased", "erased"]) == "erased 2/2"
     assert verdicts(["erased", "suppressed", "erased"]) == "erased 2, suppressed 1 /3"
@@ -64,7 +72,7 @@ def test_tables_hold_the_numbers(records):
     tarf = by_key(tables, "tarf")[0]
     assert tarf.header == ["task", "data / model", "ga", "ft"]
     gaps = [1.0, 2.0, 4.5]
-    assert tarf.rows[0][2] == f"{np.mean(gaps):.2f} ± {np.std(gaps, ddof=1):.2f}"
+    assert tarf.rows[0][2] == f"{np.mean(gaps):.2f} ± {t_half(gaps):.2f}"
 
     mirage = by_key(tables, "mirage")[0]
     assert mirage.header[:3] == ["metric", "retrain", "original"]
@@ -72,7 +80,7 @@ def test_tables_hold_the_numbers(records):
     deltas = np.array([2.0, 4.0, 3.0]) + 1  # penultimate = delta + 1 in these audits
     half = student_t.ppf(0.975, 2) * deltas.std(ddof=1) / math.sqrt(3)
     m = deltas.mean()
-    assert row["ΔLPR (%) [CI]"][2] == f"{m:+.1f} ± {deltas.std(ddof=1):.1f} [{m - half:+.1f}, {m + half:+.1f}]"
+    assert row["ΔLPR (%) [CI]"][2] == f"{m:+.1f} ± {half:.1f}"
     assert row["ΔLPR (%) [CI]"][0] == "—"                    # retrain is the reference
     assert row["LPR (%)"][0] == "88.0 ± 0.0" and row["CKA to original"][0] == "0.700 ± 0.000"   # retrain's view
     assert row["y_u forget acc (%) ↓"][3] == "50.0 ± 0.0"           # no test forget samples: train forget acc
@@ -80,7 +88,7 @@ def test_tables_hold_the_numbers(records):
 
     ec = by_key(tables, "ec")[0]
     ec_rows = {r[0]: r for r in ec.rows}
-    assert ec_rows["ga"][2] == f"{np.mean([0.0, 0.1, 0.2]):.3f} ± {np.std([0, 0.1, 0.2], ddof=1):.3f}"
+    assert ec_rows["ga"][2] == f"{np.mean([0.0, 0.1, 0.2]):.3f} ± {t_half([0, 0.1, 0.2]):.3f}"
     assert ec_rows["ft"][2] == "—"                            # no IDI in that audit
     assert ec_rows["ga"][1] == "90.00 ± 0.00"
 
