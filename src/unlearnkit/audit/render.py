@@ -145,7 +145,9 @@ def _intervals(ax, report: AuditReport, stat: str, drawable=lambda iv: True) -> 
             continue
         xs = [i + _OFFSETS.get(data, 0.0) for i, _ in pts]
         ivs = [getattr(r, stat) for _, r in pts]
-        err = [[v.value - v.low for v in ivs], [v.high - v.value for v in ivs]]
+        # a bootstrap percentile interval need not contain its point estimate (a skewed statistic on few
+        # samples): the bar then ends at the estimate instead of reaching back past it
+        err = [[max(0.0, v.value - v.low) for v in ivs], [max(0.0, v.high - v.value) for v in ivs]]
         ax.errorbar(xs, [v.value for v in ivs], yerr=err, fmt="o", capsize=4,
                     label=f"unlearned ({data} data)")
         ax.plot(xs, [getattr(r, f"{stat}_original").value for _, r in pts], "x", color="grey",

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -140,3 +141,23 @@ def test_comparisons_cover_every_probed_layer_of_every_audit_data():
     assert [(c.data, c.layer) for c in fam] == [(d, n) for d in ("test", "train") for n in ("a", "b", "c")]
     assert all(c.p <= c.p_holm for c in fam) and fam[0].margin == pytest.approx(LOG2)
     assert all(c.two_sided for c in comparisons(layers, sample_level=True))
+
+
+def test_an_interval_that_excludes_its_estimate_is_drawn():
+    """A bootstrap percentile interval may lie beside its point estimate (seen on a 10 % random forget
+    set): the audit's plot draws it instead of failing on a negative error bar."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from unlearnkit.audit.render import _intervals
+
+    beside = Interval(2.0, 2.1, 3.0)
+    r = LayerResult("penultimate", probed=True, separability_ratio=beside, separability_ratio_original=beside)
+    report = SimpleNamespace(layers={"train": [r]}, rests_on="train")
+    fig, ax = plt.subplots()
+    _intervals(ax, report, "separability_ratio")
+    bars = [seg for c in ax.collections for seg in c.get_segments()]  # the vertical error bar
+    plt.close(fig)
+    assert len(bars) == 1 and sorted(bars[0][:, 1]) == pytest.approx([2.0, 3.0])
