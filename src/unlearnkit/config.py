@@ -9,7 +9,7 @@ Keys (YAML and ``unlearnkit run`` flags take the same names, dashes or underscor
     task: data_mismatch         # optional TARF concept task (one forget class), concept: [3, 8]
     methods: [finetune, gradient_ascent]                 # or "all"
     method_params: {gradient_ascent: {lr: 0.001}}        # overrides of a method's preset
-    preset: auto                # auto | small | reference (method defaults)
+    preset: auto                # auto | small | reference (method defaults) | a file from unlearnkit tune
     seed: 0                     # training / unlearning seed
     data_seed: 0                # train/val/test split and random forget set
     recipe: {epochs: 10}        # overrides of the default training recipe
@@ -92,6 +92,7 @@ class RunConfig:
             from .data.concepts import TASKS
 
             validate.choice("task", self.task, TASKS)
+        self._preset_file()
         validate.choice("preset", self.preset, ("auto", "small", "reference"))
         validate.choice("test_convention", self.test_convention, ("salun", "purge"))
         for key in ("seed", "data_seed"):
@@ -104,6 +105,19 @@ class RunConfig:
             if not getattr(self, key).strip():
                 raise UserError(f"{key} is empty")
         self._check_parts()
+
+    def _preset_file(self) -> None:
+        """``preset: tuned.yaml`` (``unlearnkit tune``'s output): its base preset, and its hyperparameters
+        for the methods run under the explicit ``method_params`` (:mod:`unlearnkit.methods.tuned`)."""
+        from .methods.names import method_names
+        from .methods.tuned import apply_preset_file, is_preset_file
+
+        if not is_preset_file(self.preset):
+            return
+        validate.mapping("method_params", self.method_params)
+        names = method_names(self.methods, self.setting)
+        self.preset, self.method_params = apply_preset_file(
+            self.preset, names, self.method_params, lambda n: method_names([n], "vfl")[0])
 
     def _check_parts(self) -> None:
         """The nested mappings, each against the object it configures (lazy imports: torch)."""

@@ -174,7 +174,7 @@ def test_audit_any_module_end_to_end(build, tmp_path):
 def test_audit_refuses_mixed_architectures_and_bad_settings():
     x, y = toy(40)
     f = y == 0
-    parts = dict(forget=(x[f], y[f]), retain=(x[~f], y[~f]))
+    parts = dict(forget=(x[f], y[f]), retain=(x[~f], y[~f]), test=(x, y))
     with pytest.raises(UserError, match="do not share their audit layers"):
         uk.audit(Hand(), Wrapped4(), Hand(), **parts)
     with pytest.raises(UserError, match="unknown audit setting 'n_split'"):
@@ -222,6 +222,7 @@ def test_cli_audits_plain_torchvision_state_dicts(tmp_path):
     r = CliRunner().invoke(app, ["audit", "--original", str(paths[0]), "--unlearned", str(paths[1]),
                                  "--retrained", str(paths[2]), "--model", "torchvision:resnet18", "--dataset",
                                  "digits", "--forget-classes", "3", "--no-resurface", "--n-splits", "3",
+                                 "--layers", "layer3,penultimate",
                                  "--out", str(tmp_path / "audit")])
     assert r.exit_code == 0, r.output
     assert "verdict:" in r.output and (tmp_path / "audit" / "audit.json").is_file()

@@ -91,6 +91,8 @@ def baseline(command: str, files: dict, out: Path) -> list[str]:
                                "finetune", "--runs", "3", "--out", str(out), "--no-progress"],
         "unlearn": ["unlearn", "--checkpoint", ck, "--dataset", "digits", "--forget-classes", "3", "--method",
                     "finetune", "--out", str(out / "u.pt")],
+        "tune": ["tune", "--dataset", "digits", "--forget-classes", "3", "--method", "ssd", "--trials", "1",
+                 "--db", str(out / "store.db"), "--out", str(out / "t.yaml"), "--no-progress"],
     }[command]
 
 

@@ -38,7 +38,7 @@ RANKS = [
     ["runner"],
     ["bench"],
     ["report"],
-    ["forgetting_quality"],
+    ["forgetting_quality", "tune"],
     ["cli"],
     ["__init__", "__main__"],  # the package's public face and ``python -m unlearnkit``
 ]

@@ -115,17 +115,18 @@ def audit_split(original: nn.Module, unlearned: nn.Module, retrained: Sequence[n
     return AuditResult.of(report)
 
 
-def audit_models(original: nn.Module, unlearned: nn.Module, retrained, *, forget, retain, test=None,
+def audit_models(original: nn.Module, unlearned: nn.Module, retrained, *, forget, retain, test,
           layers: Sequence[str] | None = None, config: AuditConfig | None = None, device: str | None = None,
           **config_overrides) -> AuditResult:
     """Did ``unlearned`` really forget ``forget``? The audit (:func:`unlearnkit.audit.audit`) on the user's data.
 
     ``retrained``: one model retrained without ``forget``, or a list of them (retrained with different
     seeds: with two or more, each layer's tolerance comes from their spread; one certifies ``erased``
-    only on the calibrated small CNN). ``test``: held-out data (recommended: class forgetting reads its
-    forgotten-class rows). ``layers``: module paths (or ``penultimate``) to audit; default: found
-    automatically. ``config`` or keyword overrides of :class:`~unlearnkit.audit.AuditConfig`
-    (e.g. ``n_splits=10``). Returns an :class:`AuditResult`: ``.verdict``, ``.evidence``, ``.save(dir)``."""
+    only on the calibrated small CNN). ``test``: held-out data none of the models trained on (test
+    accuracy, membership inference and, for class forgetting, its forgotten-class rows). ``layers``:
+    module paths (or ``penultimate``) to audit; default: found automatically. ``config`` or keyword
+    overrides of :class:`~unlearnkit.audit.AuditConfig` (e.g. ``n_splits=10``). Returns an
+    :class:`AuditResult`: ``.verdict``, ``.evidence``, ``.save(dir)``."""
     models = [check_model(original, "original"), check_model(unlearned, "unlearned")]
     refs = [retrained] if isinstance(retrained, nn.Module) else list(retrained or [])
     if not refs:

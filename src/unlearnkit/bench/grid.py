@@ -185,7 +185,7 @@ def expand(data: dict, name: str) -> list[Cell]:
         gname = str(grid.get("name") or f"grid{i + 1}")
         where = f"grid {gname!r}"
         _check(grid, GRID_KEYS | (set(config_keys()) - CELL_KEYS), where)
-        base = {**defaults, **{k: v for k, v in grid.items() if k not in GRID_KEYS}}
+        base = _with_preset_file({**defaults, **{k: v for k, v in grid.items() if k not in GRID_KEYS}})
         datasets = _as_list(grid.get("datasets"), f"datasets of {where}", validate.text)
         models = _as_list(grid.get("models", ["small_cnn"]), f"models of {where}", validate.text)
         tasks = _as_list(grid.get("tasks"), f"tasks of {where}")
@@ -216,6 +216,20 @@ def expand(data: dict, name: str) -> list[Cell]:
                             _add(cells, Cell(name, gname, "method", _variant_label(m_name, params), m_name, params,
                                              label, _config(cfg)))
     return list(cells.values())
+
+
+def _with_preset_file(base: dict) -> dict:
+    """``preset: tuned.yaml`` folded in: its base preset, its hyperparameters under the suite's
+    ``method_params`` (:mod:`unlearnkit.methods.tuned`), so a cell's id follows the file's content."""
+    from ..methods import METHODS
+    from ..methods.tuned import apply_preset_file, is_preset_file
+
+    if not is_preset_file(base.get("preset")):
+        return base
+    given = validate.mapping("method_params", base.get("method_params") or {})
+    names = [n for n in METHODS.names()]
+    preset, params = apply_preset_file(base["preset"], names, given, METHODS.canonical)
+    return {**base, "preset": preset, "method_params": params}
 
 
 def _config(keys: dict) -> dict:

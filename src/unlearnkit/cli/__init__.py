@@ -14,11 +14,12 @@ from .listing import list_command
 from .report import report_command
 from .run import run_command
 from .train import train_command
+from .tune import tune_command
 from .unlearn import unlearn_command
 
 COMMANDS = {"list": list_command, "train": train_command, "run": run_command, "unlearn": unlearn_command,
             "audit": audit_command, "bench": bench_command, "report": report_command,
-            "forgetting-quality": forgetting_quality_command}
+            "forgetting-quality": forgetting_quality_command, "tune": tune_command}
 for _name, _fn in COMMANDS.items():
     app.command(_name, help=_fn.__doc__)(handles_errors(_fn))
 

@@ -11,12 +11,14 @@ from ..errors import UserError
 
 def report_command(
     *,
-    db: Optional[Path] = typer.Option(None, help="results store written by `unlearnkit bench` "
-                                                 "(default results/unlearnkit.db when no --results is given)"),
+    db: List[Path] = typer.Option([], "--db", help="results store written by `unlearnkit bench`; repeat for several "
+                                                   "(default results/unlearnkit.db when no --results is given)"),
     results: List[Path] = typer.Option([], "--results", help="a results.json written by `unlearnkit run` "
                                                              "(or its folder); repeat for several"),
     out: Path = typer.Option(Path("results/report"), help="folder for report.html, report.md and the CSVs"),
     title: str = typer.Option("unlearnkit benchmark report", help="the report's title"),
+    leaderboard: Optional[Path] = typer.Option(None, help="also write the leaderboard tables alone to this Markdown "
+                                                          "file (e.g. docs/leaderboard.md)"),
 ):
     """Tables in the seed papers' layouts, plots, and a self-contained report.html (+ .md, .csv)."""
     from .. import validate
@@ -24,22 +26,27 @@ def report_command(
     from ..report.records import load_records
 
     validate.output_dir("--out", out)  # before any work: a report that cannot be written fails first
-    if db is None and not results:
-        db = Path("results/unlearnkit.db")
-        if not db.is_file():
+    if leaderboard is not None:
+        validate.output_file("--leaderboard", leaderboard)
+    dbs = list(db)
+    if not dbs and not results:
+        dbs = [Path("results/unlearnkit.db")]
+        if not dbs[0].is_file():
             raise UserError("no results store at results/unlearnkit.db: give --db PATH (written by "
                             "`unlearnkit bench`) or --results path/to/results.json")
-    elif db is not None:
-        validate.input_file("--db", db)
-    rows = runs = None
-    if db is not None:
+    for path in dbs:
+        validate.input_file("--db", path)
+    stores, runs = [], []
+    if dbs:
         from ..bench.store import ResultStore
 
-        with ResultStore(db, create=False) as store:  # the store is only read (opened read-only)
-            rows, runs = store.rows(), store.runs()
-    records, repeated = load_records(db, list(results), store_rows=rows)
-    sources = ([f"store {db}"] if db is not None else []) + [str(p) for p in results]
-    paths = make_report(records, out, sources, title, runs)
+        for path in dbs:
+            with ResultStore(path, create=False) as store:  # the store is only read (opened read-only)
+                stores.append((path, store.rows()))
+                runs += store.runs()
+    records, repeated = load_records(None, list(results), stores=stores)
+    sources = [f"store {p}" for p in dbs] + [str(p) for p in results]
+    paths = make_report(records, out, sources, title, runs or None, leaderboard)
     if repeated:
         typer.echo(f"note: {repeated} repeated row(s) (same task, seed and method) counted once", err=True)
     typer.echo(f"wrote {paths['html']}, {paths['md'].name}, {paths['summary'].name} and {paths['cells'].name} "

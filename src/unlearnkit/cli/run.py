@@ -30,7 +30,8 @@ def run_command(
     seed: Optional[int] = typer.Option(None, help="training / unlearning seed [0]"),
     data_seed: Optional[int] = typer.Option(None, help="data split seed [0]"),
     epochs: Optional[int] = typer.Option(None, help="override the training recipe's epochs"),
-    preset: Optional[str] = typer.Option(None, help="method defaults: auto | small | reference"),
+    preset: Optional[str] = typer.Option(None, help="method defaults: auto | small | reference | a preset file "
+                                                    "written by unlearnkit tune (.yaml)"),
     test_convention: Optional[str] = typer.Option(None, help="salun (TA without forgotten classes) | purge"),
     out: Optional[Path] = typer.Option(None, help="output folder [runs/run]"),
     data_dir: Optional[Path] = typer.Option(None, help="where torchvision datasets live [data]"),

@@ -18,7 +18,7 @@ from .base import (
     register_plugin,
 )
 
-_NOT_METHODS = {"base", "common", "names", "catalog"}
+_NOT_METHODS = {"base", "common", "names", "catalog", "tuned"}
 for _info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
     if _info.name not in _NOT_METHODS and not _info.name.startswith("_"):
         importlib.import_module(f"{__name__}.{_info.name}")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch.nn.functional as F
 
 from ..data.arrays import ArrayData
-from .base import UnlearningMethod, UnlearnResult, register_method
+from .base import UnlearningMethod, UnlearnResult, int_range, log_range, register_method
 from .common import adam, descend, random_labels
 
 
@@ -42,6 +42,8 @@ class Amnesiac(UnlearningMethod):
     # at batch 128 0/96.1 (38 s). Chosen: lr 3e-4 x 2 epochs (same forgetting, within the time budget).
     PRESETS = {"reference": {}, "small": {"lr": 3e-4, "epochs": 2, "batch_size": 64},
                "test": {"lr": 3e-4, "epochs": 1, "batch_size": 64}}
+    # what `unlearnkit tune` searches (on the validation split; see unlearnkit/tune.py)
+    SEARCH_SPACE = {"lr": log_range(1e-5, 1e-2), "epochs": int_range(1, 5)}
 
     lr: float = 1e-4
     epochs: int = 3

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..data.arrays import ArrayData
-from .base import POSITIVE, UNIT, UnlearningMethod, UnlearnResult, register_method
+from .base import POSITIVE, UNIT, UnlearningMethod, UnlearnResult, float_range, int_range, log_range, register_method
 from .common import adam, descend, reinit_seeded
 
 
@@ -65,6 +65,8 @@ class BadTeacher(UnlearningMethod):
     # only ~8 steps on digits).
     PRESETS = {"reference": {}, "small": {"lr": 1e-3, "epochs": 2, "batch_size": 64},
                "test": {"lr": 1e-3, "epochs": 1, "batch_size": 64}}
+    # what `unlearnkit tune` searches (on the validation split; see unlearnkit/tune.py)
+    SEARCH_SPACE = {"lr": log_range(1e-5, 1e-2), "epochs": int_range(1, 5), "retain_fraction": float_range(0.1, 1.0)}
     # a fraction of D_r (0.3 in the reference; 0 = D_f only), a softmax temperature
     CONSTRAINTS = {"retain_fraction": UNIT, "kl_temperature": POSITIVE}
 

@@ -119,6 +119,40 @@ UNIT = Interval(0, 1)
 #: a fraction in (0, 1), both ends excluded
 OPEN_UNIT = Interval(0, 1, "neither")
 
+@dataclass(frozen=True)
+class Search:
+    """One hyperparameter's search range for ``unlearnkit tune`` (:attr:`UnlearningMethod.SEARCH_SPACE`):
+    ``kind`` ``"log"`` (log-uniform float), ``"float"`` (uniform), ``"int"`` (whole numbers) or
+    ``"choice"`` (one of ``values``)."""
+
+    kind: str
+    low: float | None = None
+    high: float | None = None
+    values: tuple = ()
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("log", "float", "int", "choice"):
+            raise TypeError(f"Search kind must be log, float, int or choice, not {self.kind!r}")
+        if self.kind == "choice" and not self.values:
+            raise TypeError("Search('choice') needs values")
+        if self.kind != "choice" and not (self.low is not None and self.high is not None and self.low < self.high):
+            raise TypeError(f"Search({self.kind!r}) needs low < high, got {self.low}, {self.high}")
+        if self.kind == "log" and self.low <= 0:
+            raise TypeError("Search('log') needs low > 0")
+
+
+def log_range(low: float, high: float) -> Search:
+    return Search("log", low, high)
+
+
+def int_range(low: int, high: int) -> Search:
+    return Search("int", low, high)
+
+
+def float_range(low: float, high: float) -> Search:
+    return Search("float", low, high)
+
+
 #: The rules every method obeys, by field name: the name itself or any ``*_<name>`` (``collapse_lr``,
 #: ``mirage_batch_size``, ``low_epochs``, ``luv_weight_decay``); a method's own ``CONSTRAINTS`` entry
 #: for a field replaces the shared one.
@@ -194,6 +228,8 @@ class UnlearningMethod:
     CONSTRAINTS: ClassVar[dict[str, Interval]] = {}
     #: True for loop-based methods that add :attr:`extra_loss` to every step's loss (plug-in bases)
     accepts_extra_loss: ClassVar[bool] = False
+    #: what ``unlearnkit tune`` searches (:class:`Search` per field); empty: the method cannot be tuned
+    SEARCH_SPACE: ClassVar[dict[str, Search]] = {}
 
     #: A loss added to every step of a method that ``accepts_extra_loss``: ``extra_loss(model) -> Tensor``
     #: (a plug-in's term, e.g. EC's), or None. Not a hyperparameter (not a dataclass field: not compared,
@@ -338,6 +374,7 @@ def _check_declarations(name: str, cls: type[UnlearningMethod]) -> None:
     if unknown:
         raise TypeError(f"method {name}: unknown needs {unknown}; a method may need {', '.join(NEEDS)}")
     for what, keys in (("CHOICES", cls.CHOICES), ("CONSTRAINTS", cls.CONSTRAINTS),
+                       ("SEARCH_SPACE", cls.SEARCH_SPACE),
                        *((f"PRESETS[{p!r}]", v) for p, v in cls.PRESETS.items())):
         stray = sorted(set(keys) - known)
         if stray:
@@ -346,6 +383,9 @@ def _check_declarations(name: str, cls: type[UnlearningMethod]) -> None:
     bad = [k for k, v in cls.CONSTRAINTS.items() if not isinstance(v, Interval)]
     if bad:
         raise TypeError(f"method {name}: CONSTRAINTS of {bad} must be Interval objects")
+    bad = [k for k, v in cls.SEARCH_SPACE.items() if not isinstance(v, Search)]
+    if bad:
+        raise TypeError(f"method {name}: SEARCH_SPACE of {bad} must be Search objects")
 
 
 def register_method(name: str, *aliases: str):

@@ -9,19 +9,20 @@ from __future__ import annotations
 from ..markdown import markdown_table
 from .base import METHODS
 
-HEADER = ("name", "aliases", "reference", "needs", "data-parallel", "presets")
+HEADER = ("name", "aliases", "reference", "needs", "data-parallel", "presets", "tune searches")
 
 
-def method_rows() -> list[tuple[str, str, str, str, str, str]]:
+def method_rows() -> list[tuple[str, ...]]:
     """One row per registered method (plug-in combinations included), sorted by name: the name, its
     aliases other than the name itself, ``paper``, ``needs``, whether it runs under ``torchrun``
-    (``distributed``) and the keys of ``PRESETS``."""
+    (``distributed``), the keys of ``PRESETS`` and what ``unlearnkit tune`` searches (``SEARCH_SPACE``)."""
     rows = []
     for name in sorted(METHODS.names()):
         cls = METHODS.get(name)
         aliases = ", ".join(a for a in METHODS.aliases_of(name) if a != name)
         rows.append((f"`{name}`", aliases, " ".join(cls.paper.split()), ", ".join(sorted(cls.needs)),
-                     "yes" if cls.distributed else "no", ", ".join(f"`{k}`" for k in cls.PRESETS)))
+                     "yes" if cls.distributed else "no", ", ".join(f"`{k}`" for k in cls.PRESETS),
+                     ", ".join(f"`{k}`" for k in cls.SEARCH_SPACE) or "—"))
     return rows
 
 
@@ -41,8 +42,12 @@ def methods_markdown() -> str:
         "`torchrun` ([distributed.md](distributed.md)); the others stop with one `error:` line there. "
         "**presets**: `unlearnkit run --preset` / `from_preset(...)`; `reference` is the paper's defaults, "
         "`small` is tuned on the validation split of the bundled data with the small CNN, `test` is the "
-        "cheapest setting the conformance suite runs. How a method is written and checked: "
-        "[adding-a-method.md](adding-a-method.md); how they compare: [results.md](results.md).",
+        "cheapest setting the conformance suite runs; a file written by `unlearnkit tune` is a preset too. "
+        "**tune searches**: the hyperparameters `unlearnkit tune` searches on the validation split "
+        "([usage.md](usage.md#tuning-hyperparameters-unlearnkit-tune)). How a method is written and checked: "
+        "[adding-a-method.md](adding-a-method.md). **Leaderboard**: every method's numbers on every task, "
+        "mean ± 95 % interval over 3 seeds, in [leaderboard.md](leaderboard.md) (generated from the results "
+        "store by `unlearnkit report --leaderboard`); what they show: [results.md](results.md).",
         "",
     ]
     return "\n".join(lines)

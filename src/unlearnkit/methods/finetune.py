@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch.nn.functional as F
 
-from .base import UnlearningMethod, UnlearnResult, register_method
+from .base import UnlearningMethod, UnlearnResult, int_range, log_range, register_method
 from .common import descend, sgd
 
 
@@ -26,6 +26,8 @@ class Finetune(UnlearningMethod):
     distributed = True  # one data part per step: runs data-parallel under torchrun
     PRESETS = {"reference": {}, "small": {"lr": 0.01, "epochs": 5, "batch_size": 128},
                "test": {"lr": 0.01, "epochs": 1, "batch_size": 128}}
+    # what `unlearnkit tune` searches (on the validation split; see unlearnkit/tune.py)
+    SEARCH_SPACE = {"lr": log_range(1e-3, 1e-1), "epochs": int_range(1, 10)}
 
     lr: float = 0.01
     epochs: int = 10

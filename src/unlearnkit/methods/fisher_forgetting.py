@@ -39,7 +39,7 @@ from torch import Tensor, nn
 
 from ..data.arrays import ArrayData
 from ..progress import bar
-from .base import AT_LEAST_ONE, NON_NEGATIVE, UnlearningMethod, UnlearnResult, register_method
+from .base import AT_LEAST_ONE, NON_NEGATIVE, UnlearningMethod, UnlearnResult, log_range, register_method
 from .common import check_finite, n_batches, per_sample_grads, randn_like
 
 
@@ -109,6 +109,8 @@ class FisherForgetting(UnlearningMethod):
     # mnist5k, max_samples 256: 1e-6: 0 / 95.6, 3e-7: 0 / 96.7, 1e-7: 0 / 96.7 (~12 s on 1 CPU thread).
     PRESETS = {"reference": {}, "small": {"alpha": 3e-7, "max_samples": 256},
                "test": {"alpha": 3e-7, "max_samples": 32}}
+    # what `unlearnkit tune` searches (on the validation split; see unlearnkit/tune.py)
+    SEARCH_SPACE = {"alpha": log_range(1e-8, 1e-5)}
     # alpha scales a variance
     CONSTRAINTS = {"alpha": NON_NEGATIVE, "max_samples": AT_LEAST_ONE, "chunk_size": AT_LEAST_ONE}
 

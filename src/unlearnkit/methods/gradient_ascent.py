@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch.nn.functional as F
 
-from .base import UnlearningMethod, UnlearnResult, register_method
+from .base import UnlearningMethod, UnlearnResult, int_range, log_range, register_method
 from .common import descend, sgd
 
 
@@ -26,6 +26,8 @@ class GradientAscent(UnlearningMethod):
     # as PURGE's table reports for GA on CIFAR-10 (TA 38 %). The preset keeps the digits choice.
     PRESETS = {"reference": {}, "small": {"lr": 1e-3, "epochs": 5, "batch_size": 128},
                "test": {"lr": 1e-3, "epochs": 1, "batch_size": 128}}
+    # what `unlearnkit tune` searches (on the validation split; see unlearnkit/tune.py)
+    SEARCH_SPACE = {"lr": log_range(1e-5, 1e-2), "epochs": int_range(1, 10)}
 
     lr: float = 1e-4
     epochs: int = 5

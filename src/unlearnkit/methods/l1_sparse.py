@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch.nn.functional as F
 
-from .base import NON_NEGATIVE, UnlearningMethod, UnlearnResult, register_method
+from .base import NON_NEGATIVE, UnlearningMethod, UnlearnResult, int_range, log_range, register_method
 from .common import descend, sgd
 
 
@@ -45,6 +45,8 @@ class L1Sparse(UnlearningMethod):
     distributed = True  # one data part per step: runs data-parallel under torchrun
     PRESETS = {"reference": {}, "small": {"lr": 0.01, "epochs": 5, "batch_size": 64, "alpha": 1e-4},
                "test": {"lr": 0.01, "epochs": 1, "batch_size": 64, "alpha": 1e-4}}
+    # what `unlearnkit tune` searches (on the validation split; see unlearnkit/tune.py)
+    SEARCH_SPACE = {"lr": log_range(1e-3, 1e-1), "epochs": int_range(1, 10), "alpha": log_range(1e-6, 1e-3)}
     CONSTRAINTS = {"alpha": NON_NEGATIVE}  # the l1 penalty's weight
 
     lr: float = 0.01

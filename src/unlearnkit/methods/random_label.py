@@ -20,7 +20,7 @@ from typing import Callable
 import torch.nn.functional as F
 
 from ..progress import bar
-from .base import UnlearningMethod, UnlearnResult, register_method
+from .base import UnlearningMethod, UnlearnResult, int_range, log_range, register_method
 from .common import batches, check_finite, global_batch_len, local_rows, n_batches, random_labels, set_train_mode, sgd
 
 
@@ -75,6 +75,8 @@ class RandomLabel(UnlearningMethod):
     # digits, ~20 s on mnist5k); lr 0.02 forgets mnist5k fully at some retain risk on digits.
     PRESETS = {"reference": {}, "small": {"lr": 0.015, "epochs": 2, "batch_size": 64},
                "test": {"lr": 0.015, "epochs": 1, "batch_size": 64}}
+    # what `unlearnkit tune` searches (on the validation split; see unlearnkit/tune.py)
+    SEARCH_SPACE = {"lr": log_range(1e-3, 1e-1), "epochs": int_range(1, 10)}
 
     lr: float = 0.01
     epochs: int = 10

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..progress import bar
-from .base import Interval, UnlearningMethod, UnlearnResult, register_method
+from .base import Interval, UnlearningMethod, UnlearnResult, float_range, int_range, log_range, register_method
 from .common import check_finite, n_batches, set_train_mode, sgd
 from .random_label import random_label_epoch
 
@@ -99,6 +99,8 @@ class SalUn(UnlearningMethod):
     # within the time budget).
     PRESETS = {"reference": {}, "small": {"lr": 0.02, "epochs": 2, "batch_size": 64},
                "test": {"lr": 0.02, "epochs": 1, "batch_size": 256}}
+    # what `unlearnkit tune` searches (on the validation split; see unlearnkit/tune.py)
+    SEARCH_SPACE = {"lr": log_range(1e-3, 1e-1), "epochs": int_range(1, 10), "mask_ratio": float_range(0.1, 0.9)}
     CONSTRAINTS = {"mask_ratio": Interval(0, 1, "right")}  # the salient fraction of the weights (1: RL)
 
     lr: float = 0.013

@@ -27,7 +27,16 @@ import torch
 import torch.nn.functional as F
 
 from ..progress import bar
-from .base import NON_NEGATIVE, POSITIVE, Interval, UnlearningMethod, UnlearnResult, register_method
+from .base import (
+    NON_NEGATIVE,
+    POSITIVE,
+    Interval,
+    UnlearningMethod,
+    UnlearnResult,
+    int_range,
+    log_range,
+    register_method,
+)
 from .common import batches, check_finite, kl_with_temperature, n_batches, set_train_mode, sgd
 
 
@@ -50,6 +59,8 @@ class Scrub(UnlearningMethod):
     # Chosen: lr 1e-3, forget batch 128, retain batch 64 (the reference's 2:1 ratio).
     PRESETS = {"reference": {}, "small": {"lr": 1e-3, "forget_batch_size": 128, "retain_batch_size": 64},
                "test": {"lr": 1e-3, "forget_batch_size": 128, "retain_batch_size": 64, "epochs": 1}}
+    # what `unlearnkit tune` searches (on the validation split; see unlearnkit/tune.py)
+    SEARCH_SPACE = {"lr": log_range(1e-4, 1e-2), "epochs": int_range(1, 10), "msteps": int_range(1, 5)}
     # loss weights >= 0, the distillation temperature > 0, the lr decay factor in (0, 1]
     CONSTRAINTS = {"msteps": NON_NEGATIVE, "gamma": NON_NEGATIVE, "alpha": NON_NEGATIVE, "kd_T": POSITIVE,
                    "lr_decay_rate": Interval(0, 1, "right")}

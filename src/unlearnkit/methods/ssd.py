@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from ..data.arrays import ArrayData
 from ..progress import bar
-from .base import POSITIVE, UnlearningMethod, UnlearnResult, register_method
+from .base import POSITIVE, UnlearningMethod, UnlearnResult, log_range, register_method
 from .common import check_finite, n_batches
 
 
@@ -97,6 +97,8 @@ class SelectiveSynapticDampening(UnlearningMethod):
     # lambda < 1 only lowered retain accuracy (alpha 3, lambda 0.3: 0 / 89.1 on digits, earlier machine).
     PRESETS = {"reference": {}, "small": {"selection_weighting": 3.0}, "test": {"selection_weighting": 3.0},
                "small@digits": {"selection_weighting": 2.25}}
+    # what `unlearnkit tune` searches (on the validation split; see unlearnkit/tune.py)
+    SEARCH_SPACE = {"selection_weighting": log_range(1.0, 20.0), "dampening_constant": log_range(0.1, 1.0)}
     CONSTRAINTS = {"selection_weighting": POSITIVE, "dampening_constant": POSITIVE}  # they scale importance ratios
 
     selection_weighting: float = 10.0   # alpha

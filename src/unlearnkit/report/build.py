@@ -4,10 +4,11 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..checkpoints import atomic_write_text
 from .plots import build_figures
 from .records import Record
 from .tables import build_tables, group
-from .writers import write_csv, write_html, write_markdown
+from .writers import leaderboard_markdown, write_csv, write_html, write_markdown
 
 
 def _distinct(records: list[Record], key: str) -> str:
@@ -38,8 +39,10 @@ def describe_runs(runs: list[dict]) -> str:
 
 
 def make_report(records: list[Record], out: str | Path, sources: list[str],
-                title: str = "unlearnkit benchmark report", runs: list[dict] | None = None) -> dict[str, Path]:
-    """Write report.html, report.md (+ report_files/), summary.csv and cells.csv into ``out``."""
+                title: str = "unlearnkit benchmark report", runs: list[dict] | None = None,
+                leaderboard: str | Path | None = None) -> dict[str, Path]:
+    """Write report.html, report.md (+ report_files/), summary.csv and cells.csv into ``out``; with
+    ``leaderboard``, also that Markdown page of the leaderboard tables alone."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tables = build_tables(records)
@@ -48,5 +51,7 @@ def make_report(records: list[Record], out: str | Path, sources: list[str],
     write_html(out / "report.html", title, meta, tables, figures)
     write_markdown(out / "report.md", title, meta, tables, figures)
     write_csv(out, tables, records)
+    if leaderboard is not None:
+        atomic_write_text(Path(leaderboard), leaderboard_markdown("Leaderboard", meta, tables))
     return {"html": out / "report.html", "md": out / "report.md", "summary": out / "summary.csv",
             "cells": out / "cells.csv", "tables": tables, "figures": figures}

@@ -255,18 +255,19 @@ def with_retrain_views(records: list[Record]) -> list[Record]:
 
 
 def load_records(db: str | Path | None = None, results: list[str | Path] | None = None, *,
-                 store_rows: list[dict] | None = None) -> tuple[list[Record], int]:
-    """The records of a store (its rows ``store_rows``, read from ``db``) and/or results.json files,
-    and how many repeated rows were dropped."""
+                 store_rows: list[dict] | None = None,
+                 stores: list[tuple[str | Path, list[dict]]] = ()) -> tuple[list[Record], int]:
+    """The records of a store (its rows ``store_rows``, read from ``db``; or several ``stores``, each
+    ``(db, rows)``) and/or results.json files, and how many repeated rows were dropped."""
     if db is not None and store_rows is None:
         raise ValueError("load_records(db=...) needs the rows the caller read from the store (store_rows)")
     records: list[Record] = []
-    if db is not None:
-        records += from_store(db, store_rows)
+    for path, rows in ([(db, store_rows)] if db is not None else []) + list(stores):
+        records += from_store(path, rows)
     for path in results or []:
         records += from_results(path)
     if not records:
-        raise UserError("nothing to report: the store holds no finished cell" if db is not None else
+        raise UserError("nothing to report: the store holds no finished cell" if db is not None or stores else
                         "give --db results/unlearnkit.db and/or --results path/to/results.json")
     seen, unique = set(), []
     for r in records:  # the same row given twice (a cell's results.json and the store) counts once

@@ -149,6 +149,26 @@ def mirage_table(block: Block, methods: dict[str, list[Record]]) -> Table:
                  ["metric"] + names, rows, block, c.values)
 
 
+def leaderboard_table(block: Block, methods: dict[str, list[Record]]) -> Table:
+    """One row per method of a block, the numbers a reader compares first (the leaderboard)."""
+    c = Collector("leaderboard")
+    cols = [("forget acc (%)", "forget_acc", metric("forget_acc"), "{:.1f}", ""),
+            ("test retain acc (%)", "test_retain_acc", metric("test_retain_acc"), "{:.1f}", ""),
+            ("Gap ↓", "gap", metric("gap"), "{:.2f}", ""),
+            ("MIA AUROC", "mia_auc", metric("mia_auc"), "{:.3f}", ""),
+            ("sep. ratio, penultimate", "separability_ratio", layer("separability_ratio"), "{:.2f}", "x"),
+            ("speedup", "speedup", speedup, "{:.1f}", "x")]
+    rows = [[m] + [c.cell(block, m, recs, get, key, spec=spec, suffix=suffix) for _, key, get, spec, suffix in cols]
+            + [verdicts(r.verdict for r in recs) if m != "retrain" else DASH] for m, recs in methods.items()]
+    return Table("leaderboard", f"Leaderboard: {block_name(block)}",
+                 "Forget accuracy on the training forget set; test accuracy on the retained data; Gap = TARF's mean "
+                 "|difference| to retrain (forget, retain, test accuracy, MIA efficacy; points); MIA AUROC of "
+                 "forget-train vs held-out samples (0.5 = indistinguishable); the audit's separability ratio over "
+                 "retrain at the penultimate layer (1 = as separable as in retrain); speedup = retrain time / method "
+                 "time; verdicts of the audit per seed. Numbers: mean ± half-width of the 95 % Student-t interval "
+                 "over seeds.", ["method"] + [col[0] for col in cols] + ["verdicts"], rows, block, c.values)
+
+
 def tarf_table(groups) -> Table:
     c = Collector("tarf")
     methods = list(dict.fromkeys(m for ms in groups.values() for m in ms if m not in REFERENCE_ROWS))
@@ -216,6 +236,7 @@ def layer_table(block: Block, methods: dict[str, list[Record]]) -> Table:
 def build_tables(records: list[Record]) -> list[Table]:
     groups = group(records)
     tables = [verdict_table(groups)] if any(r.verdict for r in records) else []
+    tables += [leaderboard_table(b, ms) for b, ms in groups.items()]
     tables += [mirage_table(b, ms) for b, ms in groups.items()]
     tables.append(tarf_table(groups))
     tables += [purge_table(b, ms) for b, ms in groups.items()]

@@ -153,3 +153,19 @@ def test_vfl_blocks_are_named_by_their_setting():
         "vfl (4 parties, bottom mirage_bottom)"
     assert model_label({"setting": "standard", "parties": 2, "model": "small_cnn"}) == "small_cnn"
     assert model_label({"model": "small_cnn"}) == "small_cnn"    # stores and results.json written before VFL
+
+
+def test_leaderboard_rows_and_its_own_page(records, tmp_path):
+    from unlearnkit.report.build import make_report
+
+    lb = by_key(build_tables(records), "leaderboard")[0]
+    assert lb.header[0] == "method" and lb.header[-1] == "verdicts"
+    rows = {r[0]: r for r in lb.rows}
+    assert rows["ga"][3] == f"{np.mean([1.0, 2.0, 4.5]):.2f} ± {t_half([1.0, 2.0, 4.5]):.2f}"   # Gap
+    assert rows["ga"][5] == "1.50 ± 0.00x" and rows["ga"][-1] == "suppressed 3/3"
+    assert rows["ft"][-1] == "erased 2, suppressed 1 /3" and rows["retrain"][-1] == "—"
+    page = tmp_path / "leaderboard.md"
+    make_report(records, tmp_path / "r", ["hand-made"], leaderboard=page)
+    text = page.read_text()
+    assert text.startswith("# Leaderboard") and "### Leaderboard: digits / small_cnn, class 3" in text
+    assert "Mirage layout" not in text and "### Leaderboard" in (tmp_path / "r" / "report.md").read_text()

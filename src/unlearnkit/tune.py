@@ -1,0 +1,193 @@
+"""``unlearnkit tune``: search a method's hyperparameters on the validation split, against retrain.
+
+Presets tuned on one dataset do not transfer (SSD's ``small`` preset collapses retain accuracy on
+another model); a search per task is the field's answer. This one:
+
+* **never reads the test set**: every number comes from the training split's forget / retain parts
+  and the *validation* split, which stands in for the test set everywhere (evaluation, membership
+  inference, the audit's held-out data): :func:`validation_split`;
+* **scores a trial against retrain's behaviour** on that data: TARF's Gap (mean |difference| to the
+  retrained model of forget accuracy, retain accuracy, validation accuracy and MIA efficacy, in
+  points) plus ``SEPARABILITY_WEIGHT`` points per unit of the audit's separability ratio above 1 at
+  the penultimate layer (the statistic the verdict reads; 1 = as separable as in retrain). The
+  weighting is our choice (INFERRED: no reference defines a tuning objective for unlearning); a trial
+  whose output Gap is already worse than the median of earlier trials is pruned before its audit;
+* **resumes after kill -9**: Optuna's TPE sampler (seeded) and median pruner, with the study in the
+  project's SQLite store (``--db``, the bench store by default); a rerun of the same command continues
+  until ``trials`` trials have finished;
+* writes the best hyperparameters as a preset file (:mod:`unlearnkit.methods.tuned`) that ``run`` and
+  ``bench`` take as ``--preset`` / ``preset:``.
+
+What is searched is each method's own ``SEARCH_SPACE`` (declared in its file).
+"""
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+from . import validate
+from .audit import AuditConfig, audit
+from .config import RunConfig
+from .data.arrays import ArrayData
+from .errors import NonFiniteLossError, UserError
+from .evaluation import model_outputs, output_metrics
+from .methods import METHODS
+from .methods.base import Search
+from .metrics.summary import gap
+
+SEPARABILITY_WEIGHT = 10.0  # objective points per unit of separability ratio above retrain's (1.0)
+GAP_KEYS = {"ua": "forget_acc", "ra": "retain_acc", "ta": "test_acc", "mia": "mia_efficacy"}
+#: the audit inside a trial: lighter than `unlearnkit audit` (5 probe resplits), no IDI
+TRIAL_AUDIT = {"n_splits": 5}
+
+
+def validation_split(split):
+    """``split`` with its validation part in the test set's place (test, test_forget, test_retain), so
+    nothing downstream reads the test set. Rows are re-indexed 0..n-1 within the validation part."""
+    v = split.val
+    val = ArrayData(v.x, v.y, v.mean, v.std, torch.arange(len(v)), dict(v.aux))
+    classes = list(split.forgotten_classes)
+    is_f = torch.isin(val.y, torch.tensor(classes, dtype=val.y.dtype)) if classes else torch.zeros(len(val), dtype=bool)
+    return replace(split, test=val, test_forget=val.subset(torch.nonzero(is_f).flatten()),
+                   test_retain=val.subset(torch.nonzero(~is_f).flatten()))
+
+
+def sample(trial, space: dict[str, Search]) -> dict:
+    """One point of ``space`` drawn by an Optuna trial."""
+    out = {}
+    for name, s in space.items():
+        if s.kind == "log":
+            out[name] = trial.suggest_float(name, s.low, s.high, log=True)
+        elif s.kind == "float":
+            out[name] = trial.suggest_float(name, s.low, s.high)
+        elif s.kind == "int":
+            out[name] = trial.suggest_int(name, int(s.low), int(s.high))
+        else:
+            out[name] = trial.suggest_categorical(name, list(s.values))
+    return out
+
+
+@dataclass
+class Task:
+    """What a search runs on: the split, the original and retrained models, retrain's numbers."""
+
+    cfg: RunConfig
+    split: object            # the real split (methods train on its train parts)
+    val_split: object        # validation in the test set's place
+    original: torch.nn.Module
+    retrained: torch.nn.Module
+    reference: dict          # retrain's output metrics on val_split
+    device: torch.device
+
+
+def prepare_task(cfg: RunConfig, progress: bool = True) -> Task:
+    """The data, the split, the original and the retrained model (cached, as ``run`` trains them) and
+    retrain's numbers on the validation split."""
+    from .runner import prepare, train_references
+
+    exp = prepare(replace(cfg, audit=False), progress)
+    refs = train_references(exp)
+    val_split = validation_split(exp.split)
+    reference = output_metrics(model_outputs(refs.retrain.model, val_split, (), exp.device), val_split)
+    return Task(exp.cfg, exp.split, val_split, refs.original.model, refs.retrain.model, reference, exp.device)
+
+
+def trial_score(task: Task, method_name: str, preset: str, params: dict, report=None) -> dict:
+    """Run the method with ``params`` and score it (module docstring). ``report(value)`` is called with
+    the output Gap before the audit and returns True when the trial should stop there (pruned)."""
+    method = METHODS.get(method_name).from_preset(preset, task.cfg.dataset, **params)
+    t0 = time.perf_counter()
+    result = method.unlearn(task.original, task.split, original=task.original, device=task.device,
+                            seed=task.cfg.seed)
+    m = output_metrics(model_outputs(result.model, task.val_split, (), task.device), task.val_split)
+    g = gap({k: m[v] for k, v in GAP_KEYS.items()}, {k: task.reference[v] for k, v in GAP_KEYS.items()})
+    out = {"gap": g, "runtime_s": time.perf_counter() - t0, **{k: m[k] for k in GAP_KEYS.values()}}
+    if not math.isfinite(g) or (report is not None and report(g)):
+        return {**out, "pruned": True}
+    rep = audit(task.original, result.model, task.retrained, task.val_split, config=AuditConfig(**TRIAL_AUDIT),
+                device=task.device)
+    ratio = rep.layer(rep.penultimate).separability_ratio
+    sep = ratio.value if ratio is not None and math.isfinite(ratio.value) else math.nan
+    penalty = SEPARABILITY_WEIGHT * max(0.0, sep - 1.0) if math.isfinite(sep) else 0.0
+    return {**out, "separability_ratio": sep, "verdict": rep.verdict, "objective": g + penalty, "pruned": False}
+
+
+def study_name(cfg: RunConfig, method: str, preset: str) -> str:
+    forget = (f"classes {','.join(map(str, cfg.forget_classes))}" if cfg.forget_classes
+              else f"random {cfg.forget_random}" if cfg.forget_random is not None else f"indices {cfg.forget_indices}")
+    return f"tune/{method}/{cfg.dataset}/{cfg.model}/{forget}/seed {cfg.seed}/data seed {cfg.data_seed}/{preset}"
+
+
+def storage(db: Path):
+    """Optuna's SQLite storage in the project's store (a heartbeat marks trials of a killed run failed)."""
+    import optuna
+
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna; they are what makes resuming work
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.storages.RDBStorage(f"sqlite:///{db}", engine_kwargs={"connect_args": {"timeout": 60}},
+                                          heartbeat_interval=30, grace_period=90)
+
+
+def finished(study) -> int:
+    import optuna
+
+    done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    return sum(t.state in done for t in study.trials)
+
+
+def check_method(name: str) -> str:
+    """The canonical name of a method that can be tuned (it declares a ``SEARCH_SPACE``)."""
+    from .methods.names import method_names
+
+    (canonical,) = method_names([name], "standard")
+    cls = METHODS.get(canonical)
+    if cls.is_reference or not cls.SEARCH_SPACE:
+        tunable = sorted(n for n in METHODS.names() if METHODS.get(n).SEARCH_SPACE)
+        raise UserError(f"{canonical} declares no SEARCH_SPACE to tune; these do: {', '.join(tunable)}")
+    return canonical
+
+
+def objective_for(task: Task, method: str, preset: str):
+    """The Optuna objective: the trial's score; its numbers are kept as the trial's user attributes."""
+    import optuna
+
+    def objective(trial) -> float:
+        params = sample(trial, METHODS.get(method).SEARCH_SPACE)
+
+        def report(value: float) -> bool:
+            trial.report(value, 0)
+            return trial.should_prune()
+
+        try:
+            score = trial_score(task, method, preset, params, report)
+        except NonFiniteLossError as e:
+            trial.set_user_attr("error", str(e))
+            raise optuna.TrialPruned(str(e)) from None
+        for k, v in score.items():
+            trial.set_user_attr(k, v if not isinstance(v, float) or math.isfinite(v) else None)
+        if score["pruned"]:
+            raise optuna.TrialPruned(f"output Gap {score['gap']:.2f} worse than the median")
+        return score["objective"]
+
+    return objective
+
+
+def forget_text(cfg: RunConfig) -> str:
+    return study_name(cfg, "", "").split("/")[4]
+
+
+def tuned_on(cfg: RunConfig, study, trials: int) -> dict:
+    best = study.best_trial
+    return validate.finite_or_none({
+        "dataset": cfg.dataset, "model": cfg.model, "forget": forget_text(cfg), "seed": cfg.seed,
+        "data_seed": cfg.data_seed, "split": "val (never the test set)", "study": study.study_name,
+        "trials": trials, "best_trial": best.number, "objective": best.value,
+        "objective_definition": f"Gap to retrain (points) + {SEPARABILITY_WEIGHT:g} x max(0, separability ratio - 1)",
+        "gap": best.user_attrs.get("gap"), "separability_ratio": best.user_attrs.get("separability_ratio"),
+        "verdict_on_val": best.user_attrs.get("verdict")})
