@@ -90,8 +90,15 @@ def _params(params: dict) -> str:
 
 
 def _say(study, trial) -> None:
+    import optuna
+
     a = trial.user_attrs
-    value = f"objective {trial.value:.3f}" if trial.value is not None else str(trial.state.name).lower()
+    if trial.state == optuna.trial.TrialState.PRUNED:
+        value = f"pruned (Gap {a['gap']:.2f}, worse than the median)" if "gap" in a else "pruned"
+    elif trial.value is not None:
+        value = f"objective {trial.value:.3f}"
+    else:
+        value = str(trial.state.name).lower()
     acc = (f"forget {a['forget_acc']:.1f} %, retain {a['retain_acc']:.1f} %, val {a['test_acc']:.1f} %"
            if "forget_acc" in a else a.get("error", ""))
     typer.echo(f"trial {trial.number}: {value}; {acc}; {_params(trial.params)}")
