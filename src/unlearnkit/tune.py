@@ -117,10 +117,16 @@ def trial_score(task: Task, method_name: str, preset: str, params: dict, report=
     return {**out, "separability_ratio": sep, "verdict": rep.verdict, "objective": g + penalty, "pruned": False}
 
 
+def forget_text(cfg: RunConfig) -> str:
+    """The forget set in words: ``classes 3``, ``random 0.1``, ``indices FILE``."""
+    if cfg.forget_classes:
+        return f"classes {','.join(map(str, cfg.forget_classes))}"
+    return f"random {cfg.forget_random}" if cfg.forget_random is not None else f"indices {cfg.forget_indices}"
+
+
 def study_name(cfg: RunConfig, method: str, preset: str) -> str:
-    forget = (f"classes {','.join(map(str, cfg.forget_classes))}" if cfg.forget_classes
-              else f"random {cfg.forget_random}" if cfg.forget_random is not None else f"indices {cfg.forget_indices}")
-    return f"tune/{method}/{cfg.dataset}/{cfg.model}/{forget}/seed {cfg.seed}/data seed {cfg.data_seed}/{preset}"
+    return (f"tune/{method}/{cfg.dataset}/{cfg.model}/{forget_text(cfg)}/seed {cfg.seed}/data seed {cfg.data_seed}/"
+            f"{preset}")
 
 
 def storage(db: Path):
@@ -176,10 +182,6 @@ def objective_for(task: Task, method: str, preset: str):
         return score["objective"]
 
     return objective
-
-
-def forget_text(cfg: RunConfig) -> str:
-    return study_name(cfg, "", "").split("/")[4]
 
 
 def tuned_on(cfg: RunConfig, study, trials: int) -> dict:

@@ -227,8 +227,7 @@ def _with_preset_file(base: dict) -> dict:
     if not is_preset_file(base.get("preset")):
         return base
     given = validate.mapping("method_params", base.get("method_params") or {})
-    names = [n for n in METHODS.names()]
-    preset, params = apply_preset_file(base["preset"], names, given, METHODS.canonical)
+    preset, params = apply_preset_file(base["preset"], METHODS.names(), given, METHODS.canonical)
     return {**base, "preset": preset, "method_params": params}
 
 

@@ -43,6 +43,14 @@ def adam(params, lr: float, weight_decay: float = 0.0) -> torch.optim.Adam:
     return synced(torch.optim.Adam(params, lr=lr, weight_decay=weight_decay))
 
 
+def set_lr(opt: torch.optim.Optimizer, lr: float) -> dict:
+    """Every parameter group of ``opt`` at ``lr``; ``{"lr": lr}`` for a history row (a schedule kept by
+    the method itself, e.g. as :func:`descend`'s ``epoch_info``)."""
+    for group in opt.param_groups:
+        group["lr"] = lr
+    return {"lr": lr}
+
+
 def check_finite(loss: Tensor, method: str, step: int) -> float:
     """Stop with a clear error instead of returning a silently broken model; returns a scalar loss
     as a float (in a data-parallel run: over the whole global batch, the same on every rank)."""

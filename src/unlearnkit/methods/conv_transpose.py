@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .base import UnlearningMethod, UnlearnResult, register_method
-from .common import descend, sgd
+from .common import descend, set_lr, sgd
 
 
 @torch.no_grad()
@@ -84,15 +84,10 @@ class ConvTranspose(UnlearningMethod):
         done, skipped = transpose_kernels(model)
         opt = sgd(model.parameters(), self.lr, self.momentum, self.weight_decay)
 
-        def set_lr(epoch: int) -> dict:
-            lr = cosine_epoch_lr(self.lr, epoch, self.epochs)
-            for group in opt.param_groups:
-                group["lr"] = lr
-            return {"lr": lr}
-
         history = descend(model, opt, data.retain, lambda x, y: F.cross_entropy(model(x), y),
                           epochs=self.epochs, batch_size=self.batch_size, gen=gen, device=device,
                           augment=data.augment if self.augment else None, bn_mode=self.bn_mode,
-                          method=self.name, label="retain_loss", progress=progress, epoch_info=set_lr)
+                          method=self.name, label="retain_loss", progress=progress,
+                          epoch_info=lambda epoch: set_lr(opt, cosine_epoch_lr(self.lr, epoch, self.epochs)))
         return UnlearnResult(model, "completed",
                              [{"epoch": 0, "convs_transposed": done, "convs_skipped": skipped}, *history])

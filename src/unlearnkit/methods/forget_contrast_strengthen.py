@@ -39,7 +39,7 @@ from torch import Tensor
 
 from ..progress import bar
 from .base import NON_NEGATIVE, POSITIVE, UnlearningMethod, UnlearnResult, register_method
-from .common import batches, check_finite, n_batches, set_train_mode, sgd
+from .common import batches, check_finite, n_batches, set_lr, set_train_mode, sgd
 
 
 def uniform_kl(logits: Tensor) -> Tensor:
@@ -152,8 +152,7 @@ class _Run:
         shorter pass); the ``t``-th contrast step of the run at ``lr_at(t)``. Returns the mean loss."""
         losses = []
         for (x_f, _), (x_r, _) in zip(self._batches(forget), self._batches(retain)):
-            for group in opt.param_groups:
-                group["lr"] = lr_at(self.contrast_steps)
+            set_lr(opt, lr_at(self.contrast_steps))
             self.contrast_steps += 1
             z_f = self.model(x_f)
             with torch.no_grad():

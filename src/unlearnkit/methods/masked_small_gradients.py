@@ -48,7 +48,7 @@ from torch import Tensor, nn
 
 from ..data.arrays import ArrayData
 from .base import UNIT, UnlearningMethod, UnlearnResult, register_method
-from .common import batches, check_finite, descend, randn_like, set_train_mode, sgd
+from .common import batches, check_finite, descend, randn_like, set_lr, set_train_mode, sgd
 
 
 def conv_weights(model: nn.Module) -> dict[str, nn.Parameter]:
@@ -168,15 +168,10 @@ class MaskedSmallGradients(UnlearningMethod):
             n_weights += mask.numel()
         opt = ScaledSteps(sgd(model.parameters(), self.lr, self.momentum, self.weight_decay), scales)
 
-        def set_lr(epoch: int) -> dict:
-            lr = annealed_lr(self.lr, epoch, self.epochs)
-            for group in opt.param_groups:
-                group["lr"] = lr
-            return {"lr": lr}
-
         history = descend(model, opt, data.retain, lambda x, y: F.cross_entropy(model(x), y),
                           epochs=self.epochs, batch_size=self.batch_size, gen=gen, device=device,
                           augment=data.augment if self.augment else None, bn_mode=self.bn_mode,
-                          method=self.name, label="retain_loss", progress=progress, epoch_info=set_lr)
+                          method=self.name, label="retain_loss", progress=progress,
+                          epoch_info=lambda epoch: set_lr(opt, annealed_lr(self.lr, epoch, self.epochs)))
         return UnlearnResult(model, "completed",
                              [{"epoch": 0, "reinit_fraction": n_reinit / max(1, n_weights)}, *history])

@@ -158,8 +158,8 @@ class FisherMirage(UnlearningMethod):
     def _unlearn(self, model, data, original, device, gen, progress):
         model.eval()
         with bar(n_batches(data.forget, self.batch_size), "fisher_mirage", progress) as pb:
-            fisher = squared_grad_sum(model, data.forget, self.batch_size, gen=gen, device=device, method=self.name,
-                                      pb=pb)
+            fisher = grad_importance(model, data.forget, self.batch_size, device, self.name, power=2, reduce="sum",
+                                     pb=pb, gen=gen)  # summed squared gradients over shuffled batches
         with torch.no_grad():
             for n, p in model.named_parameters():
                 if n not in fisher:
@@ -168,22 +168,6 @@ class FisherMirage(UnlearningMethod):
                 p.add_(randn_like(p, gen) * self.alpha * w)
                 p.clamp_(-10.0, 10.0)
         return UnlearnResult(model, "completed", [])
-
-
-def squared_grad_sum(model, data, batch_size: int, *, gen, device, method: str, pb) -> dict[str, torch.Tensor]:
-    """Sum over shuffled batches of the squared gradient of the batch-mean CE, per parameter."""
-    fisher = {n: torch.zeros_like(p) for n, p in model.named_parameters() if p.requires_grad}
-    for step, (x, y) in enumerate(batches(data, batch_size, gen, device)):
-        model.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
-        check_finite(loss, method, step)
-        loss.backward()
-        for n, p in model.named_parameters():
-            if p.grad is not None:
-                fisher[n] += p.grad.detach().pow(2)
-        pb.update(1)
-    model.zero_grad(set_to_none=True)
-    return fisher
 
 
 @register_method("amnesiac_mirage")
