@@ -1,5 +1,6 @@
 # Targets: demo, test (full offline suite, CI's), test-fast (unit + methods, < 2 min), browser (chromium for the
-# real-browser test), docs (docs/methods.md), lint, install, bench, clean-runs. All but browser create .venv when missing.
+# real-browser test), docs (docs/methods.md), leaderboard (docs/leaderboard.md from results/), lint, install, bench,
+# clean-runs. All but browser create .venv when missing.
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
@@ -10,7 +11,7 @@ PYTEST_ARGS ?=
 FAST_MARKS  := not slow and not torchrun and not ray and not browser and not heavy
 BROWSERS    := chromium chromium-browser google-chrome
 
-.PHONY: demo test test-fast browser docs lint install clean-runs bench
+.PHONY: demo test test-fast browser docs leaderboard lint install clean-runs bench
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -49,6 +50,12 @@ browser:
 
 docs: $(STAMP)
 	$(BIN)/unlearnkit list methods --markdown --out docs/methods.md
+
+# docs/leaderboard.md from what `unlearnkit bench` (benchmarks/configs/cpu.yaml, mnist5k_class.yaml) and
+# `unlearnkit forgetting-quality --out results/fq/<task>` wrote (docs/results.md lists the commands).
+leaderboard: $(STAMP)
+	$(BIN)/unlearnkit report --db results/unlearnkit.db --db results/mnist5k_class.db \
+	    --forgetting-quality results/fq --out results/report --leaderboard docs/leaderboard.md
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples

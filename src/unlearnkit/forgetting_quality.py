@@ -52,8 +52,9 @@ from .config import RunConfig
 from .errors import UserError
 from .methods import METHODS
 from .plotting import literal_text
+from .results import FORGETTING_QUALITY_SCHEMA
 
-SCHEMA = "unlearnkit.forgetting_quality/1"
+SCHEMA = FORGETTING_QUALITY_SCHEMA
 JOB_FORMAT = 1  # bump when a record's content changes, to recompute stored jobs
 MIN_RUNS = 3
 REFERENCE = ("google-deepmind/unlearning_evaluation metric.py and main.py "

@@ -39,13 +39,14 @@ def describe_runs(runs: list[dict]) -> str:
 
 
 def make_report(records: list[Record], out: str | Path, sources: list[str],
-                title: str = "unlearnkit benchmark report", runs: list[dict] | None = None,
-                leaderboard: str | Path | None = None) -> dict[str, Path]:
+                title: str = "unlearnkit benchmark report", runs: list[dict] | None = None, *,
+                leaderboard: str | Path | None = None, fq: dict | None = None) -> dict[str, Path]:
     """Write report.html, report.md (+ report_files/), summary.csv and cells.csv into ``out``; with
-    ``leaderboard``, also that Markdown page of the leaderboard tables alone."""
+    ``leaderboard``, also that Markdown page of the leaderboard tables alone; ``fq``: forgetting quality
+    per block and method (:func:`unlearnkit.report.fq.load_forgetting_quality`), a leaderboard column."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    tables = build_tables(records)
+    tables = build_tables(records, fq)
     figures = build_figures(records)
     meta = describe(records, sources) + ([describe_runs(runs)] if runs else [])
     write_html(out / "report.html", title, meta, tables, figures)

@@ -149,8 +149,18 @@ def mirage_table(block: Block, methods: dict[str, list[Record]]) -> Table:
                  ["metric"] + names, rows, block, c.values)
 
 
-def leaderboard_table(block: Block, methods: dict[str, list[Record]]) -> Table:
-    """One row per method of a block, the numbers a reader compares first (the leaderboard)."""
+FQ_CAPTION = ("Forgetting quality: the NeurIPS 2023 unlearning challenge's final score (its forget score, "
+              "scaled by the retain and test accuracy ratios to retrain; higher is better, the retrain control "
+              "is the top of the scale), from `unlearnkit forgetting-quality` runs (N unlearning runs against N "
+              "retrained models per original), mean ± interval over the originals' seeds (n = {n}); — where "
+              "none was run.")
+
+
+def leaderboard_table(block: Block, methods: dict[str, list[Record]],
+                      fq: dict[str, list[float]] | None = None) -> Table:
+    """One row per method of a block, the numbers a reader compares first (the leaderboard). ``fq``
+    (:func:`unlearnkit.report.fq.load_forgetting_quality` of this block; None: no column) adds the
+    forgetting quality, a row for each method that has one."""
     c = Collector("leaderboard")
     cols = [("forget acc (%)", "forget_acc", metric("forget_acc"), "{:.1f}", ""),
             ("test retain acc (%)", "test_retain_acc", metric("test_retain_acc"), "{:.1f}", ""),
@@ -158,15 +168,24 @@ def leaderboard_table(block: Block, methods: dict[str, list[Record]]) -> Table:
             ("MIA AUROC", "mia_auc", metric("mia_auc"), "{:.3f}", ""),
             ("sep. ratio, penultimate", "separability_ratio", layer("separability_ratio"), "{:.2f}", "x"),
             ("speedup", "speedup", speedup, "{:.1f}", "x")]
-    rows = [[m] + [c.cell(block, m, recs, get, key, spec=spec, suffix=suffix) for _, key, get, spec, suffix in cols]
-            + [verdicts(r.verdict for r in recs) if m != "retrain" else DASH] for m, recs in methods.items()]
-    return Table("leaderboard", f"Leaderboard: {block_name(block)}",
-                 "Forget accuracy on the training forget set; test accuracy on the retained data; Gap = TARF's mean "
-                 "|difference| to retrain (forget, retain, test accuracy, MIA efficacy; points); MIA AUROC of "
-                 "forget-train vs held-out samples (0.5 = indistinguishable); the audit's separability ratio over "
-                 "retrain at the penultimate layer (1 = as separable as in retrain); speedup = retrain time / method "
-                 "time; verdicts of the audit per seed. Numbers: mean ± half-width of the 95 % Student-t interval "
-                 "over seeds.", ["method"] + [col[0] for col in cols] + ["verdicts"], rows, block, c.values)
+    header = ["method"] + [col[0] for col in cols[:4]] + (["forgetting quality ↑"] if fq is not None else []) \
+        + [col[0] for col in cols[4:]] + ["verdicts"]
+    rows = []
+    for m, recs in methods.items():
+        cells = [c.cell(block, m, recs, get, key, spec=spec, suffix=suffix) for _, key, get, spec, suffix in cols]
+        if fq is not None:
+            cells.insert(4, c.cell(block, m, fq.get(m, []), float, "forgetting_quality", spec="{:.3f}"))
+        rows.append([m] + cells + [verdicts(r.verdict for r in recs) if m != "retrain" else DASH])
+    caption = ("Forget accuracy on the training forget set; test accuracy on the retained data; Gap = TARF's mean "
+               "|difference| to retrain (forget, retain, test accuracy, MIA efficacy; points); MIA AUROC of "
+               "forget-train vs held-out samples (0.5 = indistinguishable); the audit's separability ratio over "
+               "retrain at the penultimate layer (1 = as separable as in retrain); speedup = retrain time / method "
+               "time; verdicts of the audit per seed. Numbers: mean ± half-width of the 95 % Student-t interval "
+               "over seeds.")
+    if fq is not None:
+        seeds = sorted({len(v) for v in fq.values()})
+        caption += " " + FQ_CAPTION.format(n=", ".join(map(str, seeds)) or "0")
+    return Table("leaderboard", f"Leaderboard: {block_name(block)}", caption, header, rows, block, c.values)
 
 
 def tarf_table(groups) -> Table:
@@ -233,10 +252,12 @@ def layer_table(block: Block, methods: dict[str, list[Record]]) -> Table:
                  c.values)
 
 
-def build_tables(records: list[Record]) -> list[Table]:
+def build_tables(records: list[Record], fq: dict[Block, dict[str, list[float]]] | None = None) -> list[Table]:
+    """Every table of the report; ``fq`` (forgetting quality per block and method) adds the leaderboard's
+    column for it."""
     groups = group(records)
     tables = [verdict_table(groups)] if any(r.verdict for r in records) else []
-    tables += [leaderboard_table(b, ms) for b, ms in groups.items()]
+    tables += [leaderboard_table(b, ms, None if fq is None else fq.get(b, {})) for b, ms in groups.items()]
     tables += [mirage_table(b, ms) for b, ms in groups.items()]
     tables.append(tarf_table(groups))
     tables += [purge_table(b, ms) for b, ms in groups.items()]

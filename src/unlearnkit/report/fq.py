@@ -1,0 +1,90 @@
+"""Forgetting quality in the leaderboard: the ``forgetting_quality.json`` files of
+``unlearnkit forgetting-quality`` runs, read and checked where they enter the report.
+
+Each file is one task and one original (its ``config.seed``) with N unlearning runs per method against
+N retrained models; its score per method is the NeurIPS 2023 challenge's final score
+(``final_score``: forget score x retain and test accuracy ratios, :mod:`unlearnkit.metrics.forgetting_quality`).
+Files of the same task with different originals are the seeds of the leaderboard's mean ± interval;
+the controls (``retrain``: more retrained models, the top of the scale; ``original``: the original
+itself, the bottom) go to those rows. The same task, original and method twice: the later file wins.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from ..errors import UserError
+from ..results import FORGETTING_QUALITY_SCHEMA, forget_label, model_label
+
+FILE = "forgetting_quality.json"
+Block = tuple[str, str, str]
+
+
+def fq_files(paths: list[Path]) -> list[Path]:
+    """Every ``forgetting_quality.json`` given: the files themselves, and those found under folders."""
+    out: list[Path] = []
+    for p in paths:
+        p = Path(p)
+        if p.is_dir():
+            found = sorted(p.rglob(FILE))
+            if not found:
+                raise UserError(f"--forgetting-quality: no {FILE} under {p}")
+            out += found
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise UserError(f"--forgetting-quality: {p} does not exist")
+    return out
+
+
+def _read(path: Path) -> dict:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"--forgetting-quality: {path} is not a readable JSON file ({e})") from None
+    if not isinstance(doc, dict) or doc.get("schema") != FORGETTING_QUALITY_SCHEMA:
+        raise UserError(f"--forgetting-quality: {path} is not a {FILE} (schema {FORGETTING_QUALITY_SCHEMA!r} "
+                        f"expected)")
+    task, methods, config = doc.get("task"), doc.get("methods"), doc.get("config")
+    if not (isinstance(task, dict) and isinstance(methods, dict) and isinstance(config, dict)):
+        raise UserError(f"--forgetting-quality: {path}: task, methods and config must be objects")
+    if not (isinstance(task.get("dataset"), str) and isinstance(task.get("model"), str)
+            and isinstance(task.get("forget"), dict)):
+        raise UserError(f"--forgetting-quality: {path}: task.dataset and task.model must be text, task.forget "
+                        f"an object")
+    seed = config.get("seed")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise UserError(f"--forgetting-quality: {path}: config.seed must be a whole number, not {seed!r}")
+    for name, row in methods.items():
+        score = row.get("final_score") if isinstance(row, dict) else math.nan
+        ok = score is None or (isinstance(score, (int, float)) and not isinstance(score, bool)
+                               and math.isfinite(score))
+        if not ok:
+            raise UserError(f"--forgetting-quality: {path}: methods.{name}.final_score must be a number or "
+                            f"null, not {score!r}")
+    return doc
+
+
+def _block(doc: dict, path: Path) -> Block:
+    task = doc["task"]
+    try:
+        forget = forget_label(task["forget"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise UserError(f"--forgetting-quality: {path}: task.forget is not a forget set ({e})") from None
+    return task["dataset"], model_label(task), forget
+
+
+def load_forgetting_quality(paths: list[Path]) -> dict[Block, dict[str, list[float]]]:
+    """``{block: {method: [final score per original seed]}}`` from the files (checked; one error line each)."""
+    by_seed: dict[tuple[Block, str], dict[int, float]] = {}
+    for path in fq_files(paths):
+        doc = _read(path)
+        block = _block(doc, path)
+        for name, row in doc["methods"].items():
+            if row.get("final_score") is not None:
+                by_seed.setdefault((block, name), {})[doc["config"]["seed"]] = float(row["final_score"])
+    out: dict[Block, dict[str, list[float]]] = {}
+    for (block, name), seeds in by_seed.items():
+        out.setdefault(block, {})[name] = [seeds[s] for s in sorted(seeds)]
+    return out
