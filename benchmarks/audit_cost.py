@@ -1,8 +1,9 @@
 """What does the representation audit cost, relative to the forward passes it needs?
 
-    python benchmarks/audit_cost.py [--dataset mnist5k] [--jobs N] [--repeats 2]
+    python benchmarks/audit_cost.py [--dataset mnist5k] [--model small_cnn] [--jobs N] [--repeats 2]
 
-Trains (or reuses, through the model cache) small_cnn's original and retrained references on
+Trains (or reuses, through the model cache) the original and a retrained reference (``--model``:
+small_cnn, or the ResNet-18 of width 16 / the MLP of ``benchmarks/audit_validation.py``) on
 mnist5k with class 3 forgotten; the "unlearned" model is the original with that class masked at
 its output (the cost does not depend on how the model was made). In one process, after a warm-up,
 it times:
@@ -17,11 +18,13 @@ it times:
   denominator is then the one forward pass of the new model);
 * optionally (``--idi``) the audit with IDI's InfoNCE critics.
 
-It prints each wall time and its ratio to the bare passes. The goal in the issue is <= 1.3; the
-probes (2 x layers x (2 + references) x 20 logistic-regression fits) are CPU work that forward
-passes do not have, so on a small model the full audit is far above that: the numbers say by how
-much, and where the time goes. ``--solver`` picks the probe solver (auto: sklearn on the CPU,
-the batched solver on a GPU).
+It prints each wall time and its ratio to the bare passes, and where the full audit's time goes.
+The goal in the issue is <= 1.3; the probes (2 x layers x (2 + references) x up to 20
+logistic-regression fits: adaptive resplitting stops a layer's ΔAUROC / ΔLPR earlier when its
+intervals are clear of the tolerance), the held-out LDA AUROC, the separability bootstraps and the
+resurfacing checks are CPU work that forward passes do not have: the last lines say how many
+resplits each statistic used and how many probe fits that was. ``--solver`` picks the probe solver
+(auto: scipy's L-BFGS-B, sklearn's own call, on the CPU; the batched solver on a GPU).
 """
 from __future__ import annotations
 
@@ -31,6 +34,8 @@ import os
 import time
 
 import torch
+
+MODELS = {"small_cnn": ("small_cnn", {}), "mlp": ("mlp", {}), "resnet18_w16": ("resnet18", {"width": 16})}
 
 
 def _masked(model, classes):
@@ -56,10 +61,11 @@ def _best(fn, repeats: int) -> float:
 def main() -> None:
     p = argparse.ArgumentParser(description="audit wall time over the forward passes it needs")
     p.add_argument("--dataset", default="mnist5k")
+    p.add_argument("--model", default="small_cnn", choices=sorted(MODELS))
     p.add_argument("--forget-class", type=int, default=3)
     p.add_argument("--jobs", type=int, default=None, help="AuditConfig.n_jobs for the probe fits")
     p.add_argument("--repeats", type=int, default=2, help="best of N for every timing")
-    p.add_argument("--solver", default="auto", choices=["auto", "sklearn", "batched"], help="probe solver")
+    p.add_argument("--solver", default="auto", choices=["auto", "scipy", "sklearn", "batched"], help="probe solver")
     p.add_argument("--idi", action="store_true", help="also time the audit with IDI (trains critics)")
     a = p.parse_args()
     os.environ.setdefault("UNLEARNKIT_PROGRESS", "0")
@@ -73,9 +79,10 @@ def main() -> None:
 
     bundle = load_dataset(a.dataset)
     split = make_split(bundle, ForgetSpec(classes=(a.forget_class,)))
-    recipe = default_recipe(bundle.name, "small_cnn")
-    original = reference_model("original", split, "small_cnn", recipe, seed=0, progress=False).model
-    retrain = reference_model("retrain", split, "small_cnn", recipe, seed=0, progress=False).model
+    name, kwargs = MODELS[a.model]
+    recipe = default_recipe(bundle.name, name)
+    original, retrain = (reference_model(kind, split, name, recipe, seed=0, model_kwargs=kwargs, progress=False).model
+                         for kind in ("original", "retrain"))
     unlearned = _masked(original, (a.forget_class,))
     models = (original, unlearned, retrain)
     layers = audit_layers(original)
@@ -124,7 +131,7 @@ def main() -> None:
         t_idi = _best(lambda: audit(original, unlearned, retrain, split,
                                     config=AuditConfig(n_jobs=a.jobs, probe_solver=a.solver, idi=True)), 1)
 
-    print(f"{bundle.name} / small_cnn, forget class {a.forget_class}: 3 models x {n_rows} rows "
+    print(f"{bundle.name} / {a.model}, forget class {a.forget_class}: 3 models x {n_rows} rows "
           f"(train forget + train retain + test); torch threads {torch.get_num_threads()}, "
           f"CPUs {os.cpu_count()}, probe solver {a.solver}, probe threads {a.jobs or 'auto'}; best of {a.repeats}")
     print(f"{'what':48s} {'wall s':>8s} {'x bare':>8s}")
@@ -144,10 +151,14 @@ def main() -> None:
           f"{'met' if t_feat / t_bare <= 1.3 else 'not met'} by feature extraction")
     t = rep.timing
     print("where the full audit's time goes (s): " + ", ".join(f"{k[:-2]} {v:.1f}" for k, v in t.items()))
-    n_fits = 2 * len(layers) * 3 * cfg.n_splits
-    print(f"the rest is CPU work forward passes do not have: {n_fits} probe fits "
-          f"(2 audit data x {len(layers)} layers x 3 models x {cfg.n_splits} resplits), "
-          f"LDA AUROC and {cfg.n_bootstrap}-draw Mahalanobis bootstraps, CKA, k-NN, MIA, resurfacing")
+    probed = [r for rs in rep.layers.values() for r in rs if r.probed]
+    n_fits = 3 * sum(r.lpr_splits for r in probed)
+    print(f"the rest is CPU work forward passes do not have: {n_fits} probe fits (3 models x the resplits of "
+          f"{len(probed)} layers x audit data, at most {3 * len(probed) * cfg.n_splits}), held-out LDA AUROC "
+          f"(whitenings: {3 * sum(r.auroc_splits for r in probed)}), {cfg.n_bootstrap}-draw Mahalanobis "
+          f"bootstraps, CKA, k-NN, MIA, resurfacing")
+    print("adaptive resplitting (resplits used per layer, ΔAUROC / ΔLPR): " + ", ".join(
+        f"{d} {r.layer} {r.auroc_splits}/{r.lpr_splits}" for d, rs in rep.layers.items() for r in rs if r.probed))
 
 
 if __name__ == "__main__":

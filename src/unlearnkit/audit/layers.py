@@ -2,15 +2,14 @@
 
 Two families of numbers per layer, each model measured on the same J resplits:
 
-* **the verdict's statistics**, invariant to any function-preserving reparametrisation of the
+* **the invariant statistics**, unchanged by any function-preserving reparametrisation of the
   network (per-unit rescaling, permutation, invertible mixing of units compensated by the next
-  linear layer), from :mod:`unlearnkit.metrics.lda`: ΔAUROC (unlearned − retrain, points) of the
-  held-out LDA discriminant, paired over the J resplits with a corrected-t interval (and its
-  standard error, so the verdict can form p-values); and the separability ratio
-  D²_unlearned / D²_retrain of the Mahalanobis (LDA-form) Fisher separability, with a paired
-  stratified bootstrap percentile interval (``n_bootstrap`` draws, the same rows for every model;
-  its draws are kept for p-values). Both for the unlearned model and for the original (the
-  positive control);
+  linear layer), from :mod:`unlearnkit.metrics.lda`: the separability ratio
+  D²_unlearned / D²_retrain of the Mahalanobis (LDA-form) Fisher separability, which the verdict
+  reads, with a paired stratified bootstrap percentile interval (``n_bootstrap`` draws, the same
+  rows for every model; its draws are kept for p-values); and, reported beside it, ΔAUROC
+  (unlearned − retrain, points) of the held-out LDA discriminant, paired over the J resplits with a
+  corrected-t interval. Both for the unlearned model and for the original (the positive control);
 * **Mirage's numbers, reported as the paper defines them** (reference-specs §2.5) and read by no
   rule of the verdict: LPR (balanced accuracy of the StandardScaler + logistic probe) and ΔLPR, the
   trace-form Fisher separability F on raw features, and CKA (on standardised units, see
@@ -18,11 +17,22 @@ Two families of numbers per layer, each model measured on the same J resplits:
   not to mixing; the trace-form F is invariant to neither, which is why the verdict no longer reads it.
 
 With several references, their spread (each reference against the mean of the others) is kept.
+
+**Adaptive resplitting** (:func:`resplit`): the resplit-based intervals (ΔAUROC, ΔLPR) are computed
+in batches, up to ``n_splits`` resplits, and a layer's statistic stops at the first look where its
+intervals are clear of its tolerance on either side. Every model of the layer (unlearned, original,
+each reference) gets the same resplits, so the differences stay paired; each look's interval is at
+confidence 1 − (1 − ``confidence``) / L over the L looks, which keeps the reported interval's
+coverage at ``confidence`` (Bonferroni over the looks; :class:`~unlearnkit.audit.config.AuditConfig`
+says why). These numbers are reported only; the separability ratio the verdict reads always uses
+its ``n_bootstrap`` draws.
 """
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import torch
@@ -35,11 +45,19 @@ from .data import AuditData
 from .probing import (
     ProbeScores,
     bootstrap_weights,
+    clear_of,
+    joined,
+    look_confidence,
+    looks,
     mahalanobis_draws,
     make_splits,
     masks,
+    on_gpu,
+    one_thread,
     paired_interval,
-    probe_scores,
+    probe_jobs,
+    run_parallel,
+    solver_for,
 )
 from .tolerance import Tolerance, separability_tolerance
 
@@ -103,38 +121,57 @@ class LayerResult:
     tolerance: Tolerance | None = None        # the separability tolerance and its provenance
     mahalanobis_refs: list = field(default_factory=list)  # D² of each reference
     per_split: dict = field(default_factory=dict, repr=False)
+    # --- adaptive resplitting: the resplits behind ΔAUROC and ΔLPR, their intervals' confidence -----
+    auroc_splits: int = 0
+    lpr_splits: int = 0
+    resplit_confidence: float = math.nan
+
+
+STATS = ("auroc", "lpr")  # the resplit-based statistics: held-out LDA AUROC, Mirage's probe
 
 
 @dataclass
 class _Model:
-    """One model's rows of the audit data at one layer, and its per-model numbers (cacheable)."""
+    """One model's rows of the audit data at one layer, and its per-model numbers (cacheable: a cached
+    model's resplit numbers grow when a later audit of the run needs more resplits than an earlier one)."""
 
     x: np.ndarray
     separability: float = math.nan
-    scores: ProbeScores | None = None
-    auroc: np.ndarray | None = None    # held-out LDA AUROC per split, percent
+    scores: ProbeScores | None = None  # the probe on the first len(scores.bacc) resplits
+    auroc: np.ndarray | None = None    # held-out LDA AUROC on the first len(auroc) resplits, percent
     d2: float = math.nan               # Mahalanobis separability D²
     d2_draws: np.ndarray | None = None  # D² of every bootstrap draw
 
+    def computed(self, stat: str) -> int:
+        """How many resplits of ``stat`` ("auroc" or "lpr") are computed."""
+        arr = self.auroc if stat == "auroc" else (None if self.scores is None else self.scores.bacc)
+        return 0 if arr is None else arr.size
 
-def measure_data(data: AuditData, passes: ForwardPasses, ctx: AuditContext) -> list[LayerResult]:
-    """Every audited layer's :class:`LayerResult` on one audit data choice.
+    def values(self, stat: str, j: int) -> np.ndarray:
+        """``stat`` on the first ``j`` resplits (AUROC of the LDA discriminant, or the probe's balanced
+        accuracy), percent."""
+        return (self.auroc if stat == "auroc" else self.scores.bacc)[:j]
 
-    Per model and layer, the Mirage probe scores and the LDA discriminant's held-out AUROC on the
-    shared resplits, the Mahalanobis separability with its bootstrap draws and Mirage's F are
-    computed once; for the original and the references they come from the run's cache when an
-    earlier audit computed them (:class:`AuditContext`). All missing probe fits of all layers run in
-    one parallel batch.
-    """
-    config = ctx.config
-    y = data.is_forget
-    probed = data.n_forget >= MIN_PROBE_PER_SIDE and data.n_retain >= MIN_PROBE_PER_SIDE
-    splits = make_splits(y, config) if probed else []
-    train, test = masks(splits, y.size) if probed else (None, None)
-    boot = bootstrap_weights(y, config)
-    models: dict[str, list[_Model]] = {}
-    todo: list[_Model] = []
+    def extend(self, stat: str, more) -> None:
+        if stat == "auroc":
+            self.auroc = more if self.auroc is None else np.concatenate([self.auroc, more])
+        else:
+            self.scores = more if self.scores is None else joined([self.scores, more])
+
+
+def _per_model(m: _Model, y: np.ndarray, boot, config: AuditConfig) -> None:
+    """Mirage's F, and the Mahalanobis D² with its bootstrap draws, of one model (a job of
+    :func:`~unlearnkit.audit.probing.run_parallel`)."""
+    m.separability = fisher_separability(m.x, y)
+    m.d2, m.d2_draws = mahalanobis_draws(m.x, y, boot, config)
+
+
+def _models(data: AuditData, passes: ForwardPasses, ctx: AuditContext) -> tuple[dict[str, list[_Model]], list]:
+    """Per layer, the :class:`_Model` of the unlearned model, the original and each reference (from the
+    run's cache when an earlier audit made them), and the new ones, whose per-model numbers are missing."""
     roles = [("u", passes.out_u), ("o", passes.out_o)] + [("r", o) for o in passes.out_refs]
+    models: dict[str, list[_Model]] = {}
+    fresh: list[_Model] = []
     for layer in passes.layers:
         row = []
         for role, out in roles:
@@ -142,24 +179,140 @@ def measure_data(data: AuditData, passes: ForwardPasses, ctx: AuditContext) -> l
             if key is not None and ctx.cache.has(key):
                 row.append(ctx.cache.get(key))
                 continue
-            x = data.features(out, layer)
-            m = _Model(x, fisher_separability(x, y))
-            m.d2, m.d2_draws = mahalanobis_draws(x, y, boot, config)
-            if probed:
-                todo.append(m)
-                m.auroc = 100.0 * heldout_auroc(torch.from_numpy(x), torch.from_numpy(y), train, test).numpy()
+            m = _Model(data.features(out, layer))
+            fresh.append(m)
             if key is not None:
                 ctx.cache.put(key, m)
             row.append(m)
         models[layer] = row
-    if todo:
-        for m, sc in zip(todo, probe_scores([m.x for m in todo], y, splits, config, ctx.device)):
-            m.scores = sc
-    return [_layer_result(layer, data, models[layer], splits, probed, config) for layer in passes.layers]
+    return models, fresh
+
+
+def measure_data(data: AuditData, passes: ForwardPasses, ctx: AuditContext) -> list[LayerResult]:
+    """Every audited layer's :class:`LayerResult` on one audit data choice.
+
+    Per model and layer, the Mahalanobis separability with its bootstrap draws and Mirage's F are
+    computed once, and the probe scores and the LDA discriminant's held-out AUROC on as many of the
+    shared resplits as :func:`resplit` asks for; for the original and the references they come from the
+    run's cache when an earlier audit computed them (:class:`AuditContext`). The work runs as parallel
+    jobs (:func:`~unlearnkit.audit.probing.run_parallel`).
+    """
+    config = ctx.config
+    y = data.is_forget
+    probed = data.n_forget >= MIN_PROBE_PER_SIDE and data.n_retain >= MIN_PROBE_PER_SIDE
+    models, fresh = _models(data, passes, ctx)
+    with one_thread(), ThreadPoolExecutor(1) as side:  # the bootstrap's draws are made beside the probes
+        boot = side.submit(ctx.cached, ctx.split, ("bootstrap", data.name), lambda: bootstrap_weights(y, config))
+        splits = make_splits(y, config) if probed else []
+        stops = resplit(models, y, splits, config, ctx.device) if probed else {}
+        run_parallel([partial(_per_model, m, y, boot.result(), config) for m in fresh], config)
+        return run_parallel([partial(_layer_result, layer, data, models[layer], splits, stops.get(layer), config)
+                             for layer in passes.layers], config)
+
+
+def resplit(models: dict[str, list[_Model]], y: np.ndarray, splits, config: AuditConfig,
+            device=None) -> dict[str, dict[str, int]]:
+    """Adaptive resplitting: per layer, the number of resplits each statistic of :data:`STATS` stopped at.
+
+    At each look of :func:`~unlearnkit.audit.probing.looks` (5, 10, 20 resplits by default), the
+    statistics still open get the missing resplits of every model of their layer (``models[layer]``:
+    unlearned, original, references, all on the same resplits ``splits``: the pairing holds); a
+    statistic stops when :func:`_clear` (both of its paired intervals clear of the tolerance at the
+    look's confidence) or at the last look. Why the reported interval keeps its coverage:
+    :class:`~unlearnkit.audit.config.AuditConfig`, "Adaptive resplitting"."""
+    rows = _Rows(y, splits, *masks(splits, y.size))
+    todo = {(layer, stat) for layer in models for stat in STATS}
+    stops: dict[str, dict[str, int]] = {layer: {} for layer in models}
+    for look in looks(config):
+        need = {(id(m), stat): (m, stat) for layer, stat in todo for m in models[layer] if m.computed(stat) < look}
+        _extend(list(need.values()), look, rows, config, device)
+        for layer, stat in sorted(todo):
+            if look == config.n_splits or _clear(models[layer], stat, look, splits, config):
+                stops[layer][stat] = look
+        todo = {(layer, stat) for layer, stat in todo if stat not in stops[layer]}
+        if not todo:
+            break
+    return stops
+
+
+@dataclass
+class _Rows:
+    """The audit rows' labels (``y``: is forget), the resplits and their n x J train / test masks."""
+
+    y: np.ndarray
+    splits: list
+    train: torch.Tensor
+    test: torch.Tensor
+
+
+def _extend(need: list[tuple[_Model, str]], look: int, rows: _Rows, config: AuditConfig, device) -> None:
+    """Compute resplits ``computed .. look`` of each (model, statistic) of ``need`` and append them: the
+    held-out LDA AUROC and the CPU probes as parallel jobs, the batched probe on a GPU in turn."""
+    y, splits, train, test = rows.y, rows.splits, rows.train, rows.test
+    yt = torch.from_numpy(y)
+    gpu = on_gpu(device) and solver_for(config, device) == "batched"
+    jobs, owners, gpu_owners = [], [], []
+    for m, stat in need:
+        lo = m.computed(stat)
+        if stat == "auroc":
+            jobs.append(partial(_heldout_auroc, m.x, yt, train[:, lo:look], test[:, lo:look]))
+            owners.append((m, stat, 1))
+            continue
+        x = np.nan_to_num(m.x, nan=0.0, posinf=0.0, neginf=0.0)
+        more = probe_jobs(x, y, splits[lo:look], lo, config, device)
+        if gpu:
+            gpu_owners.append((m, joined([job() for job in more])))
+        else:
+            jobs.extend(more)
+            owners.append((m, stat, len(more)))
+    for m, scores in gpu_owners:
+        m.extend("lpr", scores)
+    res = iter(run_parallel(jobs, config))
+    for m, stat, k in owners:
+        m.extend(stat, next(res) if stat == "auroc" else joined([next(res) for _ in range(k)]))
+
+
+def _heldout_auroc(x: np.ndarray, y: torch.Tensor, train: torch.Tensor, test: torch.Tensor) -> np.ndarray:
+    return 100.0 * heldout_auroc(torch.from_numpy(x), y, train, test).numpy()
+
+
+def _ref_spread(arrs: list[np.ndarray]) -> float | None:
+    """The largest |mean difference| of one reference's per-split numbers from the mean of the others'
+    (None with one reference)."""
+    k = len(arrs)
+    if k < 2:
+        return None
+    return float(max(abs(np.mean(arrs[i] - np.mean([arrs[j] for j in range(k) if j != i], axis=0)))
+                     for i in range(k)))
+
+
+def _auroc_margin(config: AuditConfig, ref_spread: float | None) -> float:
+    """The reported ΔAUROC's tolerance: ``auroc_margin``, widened to ``spread_factor`` x the references'
+    spread with K >= 2."""
+    return config.auroc_margin if ref_spread is None else max(config.auroc_margin,
+                                                              config.spread_factor * ref_spread)
+
+
+def _clear(ms: list[_Model], stat: str, look: int, splits, config: AuditConfig) -> bool:
+    """Whether both paired intervals of ``stat`` at this layer (unlearned − retrain, original − retrain,
+    on the first ``look`` resplits, at the look's confidence) are clear of the tolerance on either side
+    (:func:`~unlearnkit.audit.probing.clear_of`): ``lpr_margin`` for ΔLPR, :func:`_auroc_margin` for
+    ΔAUROC."""
+    m_u, m_o, *m_refs = ms
+    refs = [m.values(stat, look) for m in m_refs]
+    margin = config.lpr_margin if stat == "lpr" else _auroc_margin(config, _ref_spread(refs))
+    ref = np.mean(refs, axis=0)
+    level = look_confidence(config)
+    n = splits[0][0].size + splits[0][1].size
+    for m in (m_u, m_o):
+        _, lo, hi, _ = paired_interval(m.values(stat, look) - ref, splits, n, config, level)
+        if not clear_of(lo, hi, margin):
+            return False
+    return True
 
 
 def _interval(d: np.ndarray, splits, n: int, config: AuditConfig) -> Interval:
-    mean, lo, hi, se = paired_interval(d, splits, n, config)
+    mean, lo, hi, se = paired_interval(d, splits, n, config, look_confidence(config))
     return Interval(mean, lo, hi, se, d.size - 1)
 
 
@@ -204,8 +357,10 @@ def _cka_numbers(res: LayerResult, x_u, x_o, x_refs, n: int, config: AuditConfig
                                                    for i, j in pairs]))
 
 
-def _layer_result(layer: str, data: AuditData, ms: list[_Model], splits, probed: bool,
+def _layer_result(layer: str, data: AuditData, ms: list[_Model], splits, stops: dict[str, int] | None,
                   config: AuditConfig) -> LayerResult:
+    """One layer's numbers; ``stops`` (None: not probed) the resplits each statistic of :data:`STATS`
+    stopped at (:func:`resplit`)."""
     m_u, m_o, *m_refs = ms
     y = data.is_forget
     n = y.size
@@ -213,39 +368,48 @@ def _layer_result(layer: str, data: AuditData, ms: list[_Model], splits, probed:
     _cka_numbers(res, m_u.x, m_o.x, [m.x for m in m_refs], n, config)
     res.separability, res.separability_original = m_u.separability, m_o.separability
     res.separability_retrained = float(np.mean([m.separability for m in m_refs]))
-    if not probed:
+    if stops is None:
         return res
     res.probed = True
-    # the verdict's statistics: held-out LDA AUROC (paired over resplits), Mahalanobis separability
-    a_r = np.mean([m.auroc for m in m_refs], axis=0)
-    res.auroc, res.auroc_retrained, res.auroc_original = (float(a.mean()) for a in (m_u.auroc, a_r, m_o.auroc))
-    res.delta_auroc = _interval(m_u.auroc - a_r, splits, n, config)
-    res.delta_auroc_original = _interval(m_o.auroc - a_r, splits, n, config)
+    # the verdict's statistic: the Mahalanobis separability ratio with its bootstrap draws
     d_refs, draws_refs = [m.d2 for m in m_refs], [m.d2_draws for m in m_refs]
     res.mahalanobis, res.mahalanobis_original = m_u.d2, m_o.d2
     res.mahalanobis_retrained = float(np.mean(d_refs))
     res.mahalanobis_refs = [float(d) for d in d_refs]
     res.separability_ratio = _ratio_interval(m_u.d2, m_u.d2_draws, d_refs, draws_refs, config)
     res.separability_ratio_original = _ratio_interval(m_o.d2, m_o.d2_draws, d_refs, draws_refs, config)
-    # Mirage's probe, reported
-    s_u, s_o, s_refs = m_u.scores, m_o.scores, [m.scores for m in m_refs]
-    r_bacc = np.mean([s.bacc for s in s_refs], axis=0)
-    res.lpr, res.lpr_auroc = float(s_u.bacc.mean()), float(s_u.auroc.mean())
-    res.lpr_retrained, res.lpr_original = float(r_bacc.mean()), float(s_o.bacc.mean())
-    res.delta_lpr = _interval(s_u.bacc - r_bacc, splits, n, config)
-    res.delta_lpr_original = _interval(s_o.bacc - r_bacc, splits, n, config)
-    res.per_split = {"auroc_unlearned": m_u.auroc, "auroc_original": m_o.auroc, "auroc_retrained": a_r,
-                     "lpr_unlearned": s_u.bacc, "lpr_original": s_o.bacc, "lpr_retrained": r_bacc}
     if len(m_refs) > 1:  # each reference against the mean of the others: what a retrain looks like
         k = len(m_refs)
-        def others(arrs, i):
-            return np.mean([arrs[j] for j in range(k) if j != i], axis=0)
-        aurocs = [m.auroc for m in m_refs]
-        res.ref_spread_auroc = float(max(abs(np.mean(aurocs[i] - others(aurocs, i))) for i in range(k)))
-        res.ref_spread_separability = float(max(abs(math.log(max(d_refs[i], 1e-300) /
-                                                             max(float(others(d_refs, i)), 1e-300)))
-                                                for i in range(k)))
+        res.ref_spread_separability = float(max(abs(math.log(max(d_refs[i], 1e-300) / max(
+            float(np.mean([d_refs[j] for j in range(k) if j != i])), 1e-300))) for i in range(k)))
+    _resplit_numbers(res, ms, splits, stops, config)
     return res
+
+
+def _resplit_numbers(res: LayerResult, ms: list[_Model], splits, stops: dict[str, int],
+                     config: AuditConfig) -> None:
+    """The reported resplit-based numbers of ``res``: the held-out LDA AUROC and ΔAUROC on the first
+    ``stops["auroc"]`` resplits, Mirage's LPR and ΔLPR on the first ``stops["lpr"]``; the intervals at
+    the looks' confidence (adaptive resplitting, module docstring)."""
+    m_u, m_o, *m_refs = ms
+    n = splits[0][0].size + splits[0][1].size
+    j_a, j_l = stops["auroc"], stops["lpr"]
+    res.auroc_splits, res.lpr_splits, res.resplit_confidence = j_a, j_l, look_confidence(config)
+    a_u, a_o, a_refs = m_u.values("auroc", j_a), m_o.values("auroc", j_a), [m.values("auroc", j_a) for m in m_refs]
+    a_r = np.mean(a_refs, axis=0)
+    res.auroc, res.auroc_retrained, res.auroc_original = (float(a.mean()) for a in (a_u, a_r, a_o))
+    res.delta_auroc = _interval(a_u - a_r, splits, n, config)
+    res.delta_auroc_original = _interval(a_o - a_r, splits, n, config)
+    res.ref_spread_auroc = _ref_spread(a_refs)
+    # Mirage's probe, reported
+    b_u, b_o = m_u.values("lpr", j_l), m_o.values("lpr", j_l)
+    b_r = np.mean([m.values("lpr", j_l) for m in m_refs], axis=0)
+    res.lpr, res.lpr_auroc = float(b_u.mean()), float(m_u.scores.auroc[:j_l].mean())
+    res.lpr_retrained, res.lpr_original = float(b_r.mean()), float(b_o.mean())
+    res.delta_lpr = _interval(b_u - b_r, splits, n, config)
+    res.delta_lpr_original = _interval(b_o - b_r, splits, n, config)
+    res.per_split = {"auroc_unlearned": a_u, "auroc_original": a_o, "auroc_retrained": a_r,
+                     "lpr_unlearned": b_u, "lpr_original": b_o, "lpr_retrained": b_r}
 
 
 def assign_margins(results: dict[str, list[LayerResult]], n_refs: int, config: AuditConfig,
@@ -261,6 +425,4 @@ def assign_margins(results: dict[str, list[LayerResult]], n_refs: int, config: A
             tol = separability_tolerance(logs, family, sample_level, calibrated_on, config)
             r.tolerance, r.separability_margin = tol, tol.value
             r.margin_source = tol.describe()
-            r.auroc_margin = config.auroc_margin
-            if n_refs > 1 and r.ref_spread_auroc is not None:
-                r.auroc_margin = max(r.auroc_margin, config.spread_factor * r.ref_spread_auroc)
+            r.auroc_margin = _auroc_margin(config, r.ref_spread_auroc if n_refs > 1 else None)

@@ -6,20 +6,33 @@ every model is probed once per split and the paired differences are formed after
 uses seed ``probe_seed + i`` for the split (and the sklearn probe), exactly as ``paired_delta_lpr``
 does, so split 0 is Mirage's single seed-42 split.
 
-Solvers (``AuditConfig.probe_solver``): ``"batched"`` (default) fits all J resplits of one model
-and layer together (:func:`unlearnkit.metrics.logistic.fit_logistic_resplits`: the same
-StandardScaler + L2 logistic objective as sklearn, the same stopping tolerance 1e-4, unique
-optimum), on the features' device; ``"sklearn"`` fits them one by one with
-``LogisticRegression(lbfgs)`` (the reference code path). A unit test checks the two agree.
+Solvers (``AuditConfig.probe_solver``; ``"auto"``: scipy on the CPU, batched on a GPU):
+``"sklearn"`` fits the resplits one by one with ``LogisticRegression(lbfgs)`` (the reference code
+path); ``"scipy"`` makes the very scipy L-BFGS-B call that ``LogisticRegression`` makes, on the same
+objective from the same start with the same options (:func:`_lbfgs`), without scikit-learn's per-call
+checks and conversions, which cost more than the optimisation on these small problems;
+``"batched"`` fits all J resplits of one model and layer together
+(:func:`unlearnkit.metrics.logistic.fit_logistic_resplits`: the same StandardScaler + L2 logistic
+objective, the same stopping tolerance 1e-4, unique optimum), on the features' device. A unit test
+checks that batched and sklearn agree.
+
+On the CPU every piece of work (one probe fit, one model's held-out AUROC or bootstrap) is a job of
+:func:`run_parallel`: ``n_workers`` threads, torch and BLAS on one thread each.
 """
 from __future__ import annotations
 
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
+from typing import Any, Callable
 
 import numpy as np
 import torch
+from scipy import optimize
+from scipy.special import expit
 from scipy.stats import rankdata
 from threadpoolctl import threadpool_limits
 
@@ -53,13 +66,37 @@ def masks(splits, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     return train, test
 
 
-def _fit_probe(x: np.ndarray, y: np.ndarray, split: tuple[np.ndarray, np.ndarray], seed: int,
-               config: AuditConfig) -> tuple[float, float]:
-    """One sklearn probe on one ``(train, test)`` split: StandardScaler (ddof 0, zero variance -> 1) +
-    LogisticRegression(lbfgs, ``probe_C``, ``probe_max_iter``, ``random_state=seed``); balanced accuracy
-    of ``predict`` and the Mann-Whitney AUROC of the decision values."""
-    from sklearn.linear_model import LogisticRegression  # lazy: only the sklearn solver needs it (heavy)
+def _logistic_loss(theta: np.ndarray, x: np.ndarray, y: np.ndarray, l2: float) -> tuple[float, np.ndarray]:
+    """scikit-learn's binary logistic objective and its gradient, as ``LogisticRegression(lbfgs)`` hands
+    them to scipy (``LinearModelLoss`` with ``HalfBinomialLoss``): the mean over the rows of
+    log(1 + exp(z)) − y z, z = x · w + b, plus ``l2`` / 2 ||w||² (``l2`` = 1 / (C n); b not penalised)."""
+    w, b = theta[:-1], theta[-1]
+    z = x @ w + b
+    n = x.shape[0]
+    residual = (expit(z) - y) / n
+    grad = np.empty_like(theta)
+    grad[:-1] = x.T @ residual + l2 * w
+    grad[-1] = residual.sum()
+    return float(np.logaddexp(0.0, z).sum() / n - (y @ z) / n + 0.5 * l2 * (w @ w)), grad
 
+
+def _lbfgs(x: np.ndarray, y: np.ndarray, C: float, tol: float, max_iter: int) -> tuple[np.ndarray, float]:
+    """(coef, intercept) of the L2 logistic regression of ``y`` on ``x``: the very scipy L-BFGS-B call of
+    ``LogisticRegression(solver="lbfgs", C, tol, max_iter)`` (zero start, ``maxls`` 50, ``gtol`` = ``tol``,
+    ``ftol`` = 64 eps) on the same objective, without scikit-learn's per-call checks."""
+    theta = optimize.minimize(
+        _logistic_loss, np.zeros(x.shape[1] + 1), method="L-BFGS-B", jac=True,
+        args=(x, y.astype(np.float64), 1.0 / (C * x.shape[0])),
+        options={"maxiter": max_iter, "maxls": 50, "gtol": tol, "ftol": 64 * np.finfo(float).eps}).x
+    return theta[:-1], float(theta[-1])
+
+
+def _fit_probe(x: np.ndarray, y: np.ndarray, split: tuple[np.ndarray, np.ndarray], seed: int,
+               config: AuditConfig, solver: str = "sklearn") -> tuple[float, float]:
+    """One probe on one ``(train, test)`` split: StandardScaler (ddof 0, zero variance -> 1) +
+    LogisticRegression(lbfgs, ``probe_C``, ``probe_max_iter``, ``random_state=seed``) (``solver``
+    "sklearn"; "scipy": the same L-BFGS-B call, :func:`_lbfgs`); balanced accuracy of ``predict`` and
+    the Mann-Whitney AUROC of the decision values."""
     train, test = split
     C, max_iter = config.probe_C, config.probe_max_iter
     x_tr, x_te = x[train], x[test]
@@ -67,8 +104,14 @@ def _fit_probe(x: np.ndarray, y: np.ndarray, split: tuple[np.ndarray, np.ndarray
     scale = x_tr.std(axis=0)
     scale[scale < 10 * np.finfo(np.float64).eps] = 1.0
     x_tr, x_te = (x_tr - mean) / scale, (x_te - mean) / scale
-    clf = LogisticRegression(C=C, max_iter=max_iter, solver="lbfgs", random_state=seed).fit(x_tr, y[train])
-    score = x_te @ clf.coef_[0] + clf.intercept_[0]
+    if solver == "scipy":
+        coef, intercept = _lbfgs(x_tr, y[train], C, config.probe_tol, max_iter)
+    else:
+        from sklearn.linear_model import LogisticRegression  # lazy: only the sklearn solver needs it (heavy)
+
+        clf = LogisticRegression(C=C, max_iter=max_iter, solver="lbfgs", random_state=seed).fit(x_tr, y[train])
+        coef, intercept = clf.coef_[0], clf.intercept_[0]
+    score = x_te @ coef + intercept
     y_te = y[test].astype(bool)
     pred = score > 0
     bacc = 100.0 * 0.5 * (np.mean(pred[y_te]) + np.mean(~pred[~y_te]))
@@ -97,49 +140,118 @@ def n_workers(config: AuditConfig) -> int:
 def solver_for(config: AuditConfig, device=None) -> str:
     if config.probe_solver != "auto":
         return config.probe_solver
-    return "batched" if device is not None and torch.device(device).type == "cuda" else "sklearn"
+    return "batched" if on_gpu(device) else "scipy"
+
+
+def on_gpu(device) -> bool:
+    return device is not None and torch.device(device).type == "cuda"
+
+
+@contextmanager
+def one_thread():
+    """Torch and BLAS on one thread inside (restored after): the audit's small matrix work runs as parallel
+    jobs instead (:func:`run_parallel`)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with threadpool_limits(1):
+            yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def run_parallel(jobs: list[Callable[[], Any]], config: AuditConfig) -> list:
+    """``[job() for job in jobs]`` on ``n_workers(config)`` threads, torch and BLAS single-threaded
+    inside each (:func:`one_thread`: small fits and eigendecompositions are several times slower when
+    their threads fight for cores, and dozens of times slower when another process holds one of
+    them). The results do not depend on the number of workers."""
+    if not jobs:
+        return []
+    workers = min(n_workers(config), len(jobs))
+    with one_thread():
+        if workers == 1:
+            return [job() for job in jobs]
+        with ThreadPoolExecutor(workers) as pool:
+            return list(pool.map(lambda job: job(), jobs))
+
+
+def probe_range(x: np.ndarray, is_forget: np.ndarray, splits, first: int, config: AuditConfig,
+                device=None) -> ProbeScores:
+    """The Mirage probe of one feature matrix (finite: see :func:`probe_scores`) on ``splits``, which are
+    resplits ``first``, ``first + 1``, ... of the audit (split i's sklearn probe is seeded
+    ``probe_seed + i``), with the solver of :func:`solver_for`, on one thread unless on a GPU."""
+    solver = solver_for(config, device)
+    if solver in ("sklearn", "scipy"):
+        y = is_forget.astype(np.int64)
+        res = [_fit_probe(x, y, split, config.probe_seed + first + i, config, solver)
+               for i, split in enumerate(splits)]
+        return ProbeScores(np.array([r[0] for r in res]), np.array([r[1] for r in res]))
+    dev = device if on_gpu(device) else None
+    y = torch.from_numpy(is_forget.astype(np.int64)).to(dev)
+    train, test = (m.to(dev) for m in masks(splits, is_forget.size))
+    return _batched(torch.from_numpy(x).to(dev), y, train, test, config)
+
+
+def probe_jobs(x: np.ndarray, is_forget: np.ndarray, splits, first: int, config: AuditConfig,
+               device=None) -> list[Callable[[], ProbeScores]]:
+    """:func:`probe_range` of ``splits`` as jobs for :func:`run_parallel`, whose results concatenate to
+    it: one per split with sklearn (so that a few models still keep every worker busy), one for all of
+    them with the batched solver."""
+    if solver_for(config, device) in ("sklearn", "scipy"):
+        return [partial(probe_range, x, is_forget, [split], first + i, config) for i, split in enumerate(splits)]
+    return [partial(probe_range, x, is_forget, splits, first, config, device)]
+
+
+def joined(scores: list[ProbeScores]) -> ProbeScores:
+    """The scores of consecutive runs of resplits, as one."""
+    return ProbeScores(np.concatenate([s.bacc for s in scores]), np.concatenate([s.auroc for s in scores]))
 
 
 def probe_scores(xs: list[np.ndarray], is_forget: np.ndarray, splits, config: AuditConfig,
                  device=None) -> list[ProbeScores]:
     """The Mirage probe on every split, for each feature matrix of ``xs`` (NaN/inf -> 0, as Mirage).
 
-    Independent fits run on ``n_workers(config)`` threads (torch and BLAS single-threaded inside:
-    small fits are several times slower when their threads fight for cores). The numbers do not
-    depend on the number of workers.
+    Independent fits run on ``n_workers(config)`` threads (:func:`run_parallel`); on a GPU the batched
+    solver runs them one model after the other. The numbers do not depend on the number of workers.
     """
     xs = [np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0) for x in xs]
-    solver = solver_for(config, device)
-    if solver == "batched" and device is not None and torch.device(device).type == "cuda":
-        y = torch.from_numpy(is_forget.astype(np.int64)).to(device)
-        train, test = (m.to(device) for m in masks(splits, is_forget.size))
-        return [_batched(torch.from_numpy(x).to(device), y, train, test, config) for x in xs]
-    workers = min(n_workers(config), max(1, len(xs) * (len(splits) if solver == "sklearn" else 1)))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with threadpool_limits(1), ThreadPoolExecutor(workers) as pool:
-            if solver == "sklearn":
-                y = is_forget.astype(np.int64)
-                args = [(x, y, split, config.probe_seed + i, config)
-                        for x in xs for i, split in enumerate(splits)]
-                res = list(pool.map(lambda a: _fit_probe(*a), args))
-                j = len(splits)
-                return [ProbeScores(np.array([r[0] for r in res[k * j:(k + 1) * j]]),
-                                    np.array([r[1] for r in res[k * j:(k + 1) * j]])) for k in range(len(xs))]
-            y = torch.from_numpy(is_forget.astype(np.int64))
-            train, test = masks(splits, is_forget.size)
-            return list(pool.map(lambda x: _batched(x, y, train, test, config), xs))
-    finally:
-        torch.set_num_threads(threads)
+    per_model = [probe_jobs(x, is_forget, splits, 0, config, device) for x in xs]
+    if on_gpu(device) and solver_for(config, device) == "batched":
+        return [joined([job() for job in jobs]) for jobs in per_model]
+    res = iter(run_parallel([job for jobs in per_model for job in jobs], config))
+    return [joined([next(res) for _ in jobs]) for jobs in per_model]
 
 
-def paired_interval(d: np.ndarray, splits, n: int, config: AuditConfig) -> tuple[float, float, float, float]:
-    """(mean, low, high, se) of per-split paired differences, by ``config.ci_method``; ``se`` is the
-    (corrected) standard error of the mean that the t-interval uses (nan for ``"percentile"``)."""
+def looks(config: AuditConfig) -> tuple[int, ...]:
+    """The numbers of resplits at which a layer's reported intervals may stop (adaptive resplitting,
+    :class:`AuditConfig`): the ``resplit_looks`` below ``n_splits``, then ``n_splits`` (the maximum)."""
+    return tuple(k for k in config.resplit_looks if k < config.n_splits) + (config.n_splits,)
+
+
+def look_confidence(config: AuditConfig) -> float:
+    """The confidence of every look's interval, 1 − (1 − ``confidence``) / L over the L :func:`looks`
+    (Bonferroni: all L intervals cover together with probability >= ``confidence``, so the one of the
+    look a statistic stops at does, however the stopping look was chosen)."""
+    return 1.0 - (1.0 - config.confidence) / len(looks(config))
+
+
+def clear_of(low: float, high: float, margin: float) -> bool:
+    """The interval [low, high] is clear of the tolerance ±``margin`` on either side: wholly inside
+    (−margin, margin), or wholly beyond +margin or −margin. False when an end is not finite."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return False
+    return high < -margin or low > margin or (low > -margin and high < margin)
+
+
+def paired_interval(d: np.ndarray, splits, n: int, config: AuditConfig,
+                    confidence: float | None = None) -> tuple[float, float, float, float]:
+    """(mean, low, high, se) of per-split paired differences, by ``config.ci_method`` at ``confidence``
+    (default ``config.confidence``); ``se`` is the (corrected) standard error of the mean that the
+    t-interval uses (nan for ``"percentile"``)."""
     test_frac = splits[0][1].size / n
     d = np.asarray(d, dtype=np.float64)
-    lo, hi = _paired_interval(d, config.confidence, config.ci_method, test_frac)
+    level = config.confidence if confidence is None else confidence
+    lo, hi = _paired_interval(d, level, config.ci_method, test_frac)
     return float(np.mean(d)), lo, hi, paired_se(d, config.ci_method, test_frac)
 
 

@@ -68,6 +68,8 @@ def layer_dict(r: LayerResult) -> dict:
         "cka_retrain_original": r.cka_retrain_original, "cka_between_retrained": r.cka_between_retrained,
         "auroc_margin": r.auroc_margin, "separability_margin": r.separability_margin,
         "margin_source": r.margin_source, "probed": r.probed,
+        # adaptive resplitting: how many resplits each reported interval rests on, and its level
+        "auroc_splits": r.auroc_splits, "lpr_splits": r.lpr_splits, "resplit_confidence": r.resplit_confidence,
         "tolerance": r.tolerance.to_dict() if r.tolerance is not None else None,
         "mahalanobis_refs": list(r.mahalanobis_refs),
     }

@@ -104,16 +104,20 @@ def auroc(s: Tensor, t: Tensor) -> Tensor:
 def heldout_auroc(x: Tensor, is_forget: Tensor, train: Tensor, test: Tensor,
                   rel_tol: float = REL_TOL) -> Tensor:
     """Per split j, the AUROC on the ``test[:, j]`` rows of the LDA discriminant fitted on the
-    ``train[:, j]`` rows (``train``/``test``: n x J boolean masks). Returns J values in [0, 1]."""
+    ``train[:, j]`` rows (``train``/``test``: n x J boolean masks). Returns J values in [0, 1].
+
+    In whitened coordinates z = (x − mean) W the discriminant is z · Δz̄, with Δz̄ = Δx̄ W the
+    difference of the group means; it is computed as (x − mean) · (W Wᵀ Δx̄), so no training row is
+    ever whitened (one matrix-vector product per held-out row instead of a matrix product per row)."""
     x = torch.nan_to_num(x.to(torch.float64), nan=0.0, posinf=0.0, neginf=0.0)
     y = is_forget.to(device=x.device, dtype=torch.bool)
     out = []
     for j in range(train.shape[1]):
         tr, te = train[:, j].to(x.device), test[:, j].to(x.device)
-        mean, w = whiten(x[tr], rel_tol)
-        z = (x[tr] - mean) @ w
-        direction = z[y[tr]].mean(0) - z[~y[tr]].mean(0)
-        out.append(auroc(((x[te] - mean) @ w) @ direction, y[te]))
+        x_tr, y_tr = x[tr], y[tr]
+        mean, w = whiten(x_tr, rel_tol)
+        direction = w @ ((x_tr[y_tr].mean(0) - x_tr[~y_tr].mean(0)) @ w)
+        out.append(auroc((x[te] - mean) @ direction, y[te]))
     return torch.stack(out)
 
 

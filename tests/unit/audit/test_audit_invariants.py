@@ -90,8 +90,10 @@ def test_delta_lpr_matches_the_metric_it_extends(rep_erased, original, retrain0,
     data = train_data(audit_split, AuditConfig())
     x_u = data.features(model_outputs(retrain1, audit_split, ["penultimate"]), "penultimate")
     x_r = data.features(model_outputs(retrain0, audit_split, ["penultimate"]), "penultimate")
-    ref = paired_delta_lpr(x_u, x_r, data.is_forget, n_splits=20, seed=42)
     got = rep_erased.layer("penultimate", "train")
+    # the resplits the adaptive design stopped at, and the interval level of that look
+    ref = paired_delta_lpr(x_u, x_r, data.is_forget, n_splits=got.lpr_splits, seed=42,
+                           confidence=got.resplit_confidence)
     assert got.delta_lpr.value == pytest.approx(ref.delta)
     assert got.delta_lpr.low == pytest.approx(ref.ci_low) and got.delta_lpr.high == pytest.approx(ref.ci_high)
     assert got.lpr == pytest.approx(ref.lpr_unlearned)
@@ -195,7 +197,7 @@ def test_batched_probe_solver_agrees_with_sklearn(original, retrain0, audit_spli
     50 / (held-out rows of its side) points; the tolerance allows one per split (on the digits test
     data, 11 held-out forget rows: 4.5 points, so the split mean moves by up to 4.5 / J). The verdict
     does not read LPR and must not change with the solver."""
-    cfg = dict(n_splits=8, bn_recalibration=False, head_refit=False, relearn=False)
+    cfg = dict(n_splits=8, resplit_looks=(), bn_recalibration=False, head_refit=False, relearn=False)
     masked = masked_head(original)
     a = audit(original, masked, retrain0, audit_split, config=AuditConfig(probe_solver="sklearn", **cfg))
     b = audit(original, masked, retrain0, audit_split, config=AuditConfig(probe_solver="batched", **cfg))
