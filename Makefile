@@ -5,6 +5,7 @@ PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 # Extra pytest arguments, e.g. `make test-fast PYTEST_ARGS=--durations=25`.
 PYTEST_ARGS ?=
 # The fast tier leaves out what spawns torchrun, starts Ray, drives a browser or is heavy (markers in pyproject.toml).
@@ -17,13 +18,19 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# Reinstall only when requirements or packaging change (idempotent: a second call does nothing).
+# Reinstall only when requirements or packaging change (idempotent: a second call does nothing). The demo
+# needs only requirements.txt; tests, lint and the extras they exercise (timm, Ray, Optuna) add
+# requirements-dev.txt.
 $(STAMP): $(BIN)/python requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	@touch $(STAMP)
 
-install: $(STAMP)
+$(DEV_STAMP): $(STAMP) requirements-dev.txt
+	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	@touch $(DEV_STAMP)
+
+install: $(DEV_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/unlearnkit run --dataset mnist5k --model small_cnn --forget-classes 3 \
@@ -31,10 +38,10 @@ demo: $(STAMP)
 
 # The whole offline suite (only `slow` is left out, by pyproject.toml's addopts). It does not install a
 # browser: without one the real-browser test skips and says `make browser`.
-test: $(STAMP)
+test: $(DEV_STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
-test-fast: $(STAMP)
+test-fast: $(DEV_STAMP)
 	$(BIN)/python -m pytest -q tests/unit tests/methods -m "$(FAST_MARKS)" $(PYTEST_ARGS)
 
 # Chromium for tests/integration/test_report_html.py: nothing to do when one is on PATH; apt-get install
@@ -57,10 +64,10 @@ leaderboard: $(STAMP)
 	$(BIN)/unlearnkit report --db results/unlearnkit.db --db results/mnist5k_class.db \
 	    --forgetting-quality results/fq --out results/report --leaderboard docs/leaderboard.md
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(BIN)/ruff check src tests benchmarks examples
 
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	$(BIN)/python benchmarks/train_throughput.py
 
 clean-runs:
