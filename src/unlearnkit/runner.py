@@ -421,8 +421,11 @@ def results_markdown(results: dict) -> str:
 
 
 def write_results(results: dict, out: Path) -> None:
+    """results.json (strict JSON: a NaN anywhere, e.g. a method's history row with nothing to measure,
+    is written as null) and results.md."""
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "results.json", json.dumps(results, indent=2, allow_nan=False) + "\n")
+    atomic_write_text(out / "results.json",
+                      json.dumps(validate.finite_or_none(results), indent=2, allow_nan=False) + "\n")
     atomic_write_text(out / "results.md", results_markdown(results) + mirage_table_markdown(results))
 
 

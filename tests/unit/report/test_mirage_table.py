@@ -101,3 +101,16 @@ def test_results_md_names_the_data_the_verdict_rests_on(tmp_path):
     md = (tmp_path / "results.md").read_text()
     protocol = res["models"]["original"]["audit"]["audit_data"]["train"]["protocol"]
     assert f"on its train data ({protocol}), the data its verdict rests on" in md
+
+
+def test_results_json_writes_a_nan_of_a_method_history_as_null(tmp_path):
+    """EC's history on random forgetting has val_forget_acc = NaN (no forgotten-class val rows); results.json
+    is strict JSON, so it is written as null instead of failing the run (a bench cell failed on it)."""
+    import json
+
+    res = copy.deepcopy(sample_results())
+    name = next(k for k in res["models"] if k not in ("original", "retrain"))
+    res["models"][name]["history"] = [{"epoch": 1, "val_forget_acc": float("nan")}]
+    write_results(res, tmp_path)
+    got = json.loads((tmp_path / "results.json").read_text())
+    assert got["models"][name]["history"] == [{"epoch": 1, "val_forget_acc": None}]
