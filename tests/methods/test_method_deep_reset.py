@@ -119,3 +119,31 @@ def test_registered_with_its_alias_and_ours_in_its_paper_line():
     assert "own method" in DeepReset.paper
     m = DeepReset()
     assert (m.keep, m.epochs, m.batch_size, m.recalibrate_bn) == ("auto", 5, 64, True)
+
+
+def test_distillation_from_cached_teacher_logits_equals_the_teacher_run_every_step():
+    """With distill > 0 the original's logits ride along with the cached rows; running the frozen teacher on
+    every batch instead (augment=True, D_r's augmentation inactive) must give the same weights."""
+    model, retain = small_cnn(), retain_data()
+    cached = run(DeepReset(epochs=2, batch_size=16, distill=1.0, temperature=2.0), model, retain)
+    rerun = run(DeepReset(epochs=2, batch_size=16, distill=1.0, temperature=2.0, augment=True), model, retain)
+    plain = run(DeepReset(epochs=2, batch_size=16), model, retain)
+    for (name, a), b in zip(cached.model.state_dict().items(), rerun.model.state_dict().values()):
+        assert torch.allclose(a.float(), b.float(), atol=1e-5), name
+    assert not torch.allclose(cached.model.fc.weight, plain.model.fc.weight)  # the term does act
+
+
+def test_a_users_plain_sequential_model_through_the_python_api():
+    """Any nn.Module: the first stage is found on a probe batch (here the first convolution), kept, and
+    the rest is reset and refit."""
+    import unlearnkit as uk
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 3, padding=1), nn.ReLU(),
+                        nn.Flatten(), nn.Linear(4 * 64, 3))
+    x = torch.rand(60, 1, 8, 8)
+    y = torch.arange(60) % 3
+    f = y == 2
+    out = uk.unlearn(net, "deep_reset", forget=(x[f], y[f]), retain=(x[~f], y[~f]), epochs=1, batch_size=16)
+    assert torch.equal(out[0].weight, net[0].weight)
+    assert not torch.equal(out[2].weight, net[2].weight) and not torch.equal(out[5].weight, net[5].weight)

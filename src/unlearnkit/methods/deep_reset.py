@@ -58,6 +58,7 @@ from torch import Tensor, nn
 from ..data.arrays import ArrayData
 from ..errors import UserError
 from ..models.discover import PENULTIMATE, discover_taps
+from ..models.features import LOGITS, extract
 from .base import (
     NON_NEGATIVE,
     POSITIVE,
@@ -287,7 +288,7 @@ def refit_cached(model, opt, cut: nn.Module, cache: tuple[Tensor, Tensor], *, te
     width = acts[0].numel()
     rows = acts.reshape(len(acts), -1)
     if teacher is not None:
-        rows = torch.cat([rows, batch_logits(teacher, retain, rows.device)], 1)
+        rows = torch.cat([rows, extract(teacher, retain, [LOGITS], 512, rows.device)[LOGITS].to(rows)], 1)
     zeros = zero.expand(min(len(acts), steps["batch_size"]), *zero.shape[1:]).contiguous()
     with replaced_output(cut) as slot:
         def loss(a, y):
@@ -296,13 +297,6 @@ def refit_cached(model, opt, cut: nn.Module, cache: tuple[Tensor, Tensor], *, te
             return objective(model(zeros[: len(a)]), y, a[:, width:] if teacher is not None else None)
 
         return descend(model, opt, rows_data(rows, retain), loss, augment=None, **steps)
-
-
-@torch.no_grad()
-def batch_logits(model: nn.Module, data: ArrayData, device) -> Tensor:
-    """``model``'s logits on ``data`` (eval mode, the test transform), in ``data``'s order."""
-    with evaluating(model):
-        return torch.cat([model(x) for x, _ in data.batches(512, device=device)])
 
 
 def retain_augment(data, augment: bool):
