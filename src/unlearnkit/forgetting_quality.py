@@ -435,6 +435,8 @@ def _execute(todo: list[Job], folder: Path, n_forget: int, ex, machine, *, jobs:
     console.print(f"{len(todo)} jobs: {len(records)} stored before, {len(pending)} to run "
                   f"({ex.name} executor{parallel})", markup=False, highlight=False)
     failed: list[tuple[str, str]] = []
+    if pending:
+        ex.start()  # workers first: no progress-bar thread runs when they fork
     with bar(len(pending), "forgetting quality", enabled=progress) as b:
         for event, j, result in ex.run(pending, machine, execute_job):
             if event != "done":

@@ -151,7 +151,8 @@ def test_kill_9_mid_grid_loses_nothing_and_resumes(tmp_path, cache_dir):
             time.sleep(0.05)
         log = (tmp_path / "first.log").read_text()
         assert proc.poll() is None, f"the grid finished before it could be killed: {log}"
-        workers = [c for c in children(proc.pid) if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+        workers = [c for c in children(proc.pid)  # forked workers (spawn_main when spawned); not the
+                   if b"resource_tracker" not in Path(f"/proc/{c}/cmdline").read_bytes()]  # tracker
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     assert len(workers) == 2

@@ -1,8 +1,13 @@
 """Executors: run cells and report them as they start and finish.
 
 ``LocalExecutor(jobs=1)`` runs cells one after the other in this process; ``jobs=N > 1`` in N
-worker processes (spawned, each with ``cores // N`` torch threads, and killed with the parent on
-Linux, so a ``kill -9`` of ``unlearnkit bench`` leaves no orphan at work). ``RayExecutor`` submits
+worker processes, each with ``cores // N`` torch threads and killed with the parent on Linux, so a
+``kill -9`` of ``unlearnkit bench`` leaves no orphan at work. On Linux the workers are forked from
+this process while CUDA is not initialised in it: they start at once, with torch imported and the
+data already loaded (a spawned worker imports torch again, ~7 s, which cost a small-model
+workload its whole parallel gain). Elsewhere, or once CUDA is in use here, they are spawned.
+Callers :meth:`~LocalExecutor.start` the workers before showing a progress bar, so no other
+thread of this process (the bar's refresh) runs at the fork. ``RayExecutor`` submits
 each cell as a Ray task (``num_cpus=1``, and ``num_gpus=1`` when the cluster has GPUs) to the
 cluster at ``address``, or to a local Ray started for the call. Both yield
 ``("start", cell, None)`` and ``("done", cell, result)`` events; only the caller writes the store.
@@ -40,10 +45,25 @@ def _die_with_parent() -> None:
 
 def _init_worker(threads: int) -> None:
     _die_with_parent()
-    os.environ.setdefault("UNLEARNKIT_PROGRESS", "0")
+    os.environ["UNLEARNKIT_PROGRESS"] = "0"
     import torch
 
-    torch.set_num_threads(threads)
+    torch.set_num_threads(threads)  # before any torch op here: a forked worker never enters the parent's
+    # OpenMP pool (torch runs single-threaded ops inline), as torch's own DataLoader workers do
+
+
+def _ready() -> int:
+    return os.getpid()
+
+
+def start_method() -> str:
+    """``fork`` on Linux while CUDA is not initialised in this process (a forked child cannot use
+    it), else ``spawn``."""
+    import sys
+
+    import torch
+
+    return "fork" if sys.platform.startswith("linux") and not torch.cuda.is_initialized() else "spawn"
 
 
 class LocalExecutor:
@@ -53,6 +73,19 @@ class LocalExecutor:
         if jobs < 1:
             raise UserError(f"--jobs must be at least 1, got {jobs}")
         self.jobs = jobs
+        self._pool: ProcessPoolExecutor | None = None
+
+    def start(self) -> None:
+        """Start the worker processes now (``jobs > 1``), before the caller starts other threads."""
+        if self.jobs == 1 or self._pool is not None:
+            return
+        import multiprocessing as mp
+
+        threads, how = max(1, (os.cpu_count() or 1) // self.jobs), start_method()
+        self._pool = ProcessPoolExecutor(self.jobs, mp_context=mp.get_context(how), initializer=_init_worker,
+                                         initargs=(threads,))
+        if how == "fork":  # the first task forks every worker, here and now
+            self._pool.submit(_ready).result()
 
     def run(self, cells: list[Cell], machine: Machine, fn: Execute = execute_cell) -> Iterator[Event]:
         if self.jobs == 1:
@@ -60,11 +93,8 @@ class LocalExecutor:
                 yield "start", cell, None
                 yield "done", cell, fn(cell, machine)
             return
-        import multiprocessing as mp
-
-        threads = max(1, (os.cpu_count() or 1) // self.jobs)
-        pool = ProcessPoolExecutor(self.jobs, mp_context=mp.get_context("spawn"), initializer=_init_worker,
-                                   initargs=(threads,))
+        self.start()
+        pool, self._pool = self._pool, None
         try:
             todo, running = iter(cells), {}
             while True:
@@ -96,6 +126,9 @@ class RayExecutor:
 
     def __init__(self, address: str | None = None, num_cpus: int | None = None) -> None:
         self.address, self.num_cpus = address, num_cpus
+
+    def start(self) -> None:
+        """Nothing to start ahead: Ray starts (or joins) its cluster in :meth:`run`."""
 
     def _ray(self):
         if self.address is None:

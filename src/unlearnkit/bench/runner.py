@@ -42,6 +42,8 @@ def run_bench(suite: Suite, store: ResultStore, executor, machine: Machine, prog
     t0 = time.perf_counter()
     running: dict[str, str] = {}
     try:
+        if todo:
+            executor.start()  # workers first: no progress-bar thread runs when they fork
         with bar(len(todo), escape(f"bench {suite.name}"), enabled=progress, on=console) as b:
             for event, cell, result in executor.run(todo, machine):
                 if event == "start":
