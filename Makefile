@@ -21,9 +21,12 @@ $(BIN)/python:
 # Reinstall only when requirements or packaging change (idempotent: a second call does nothing). The demo
 # needs only requirements.txt; tests, lint and the extras they exercise (timm, Ray, Optuna) add
 # requirements-dev.txt.
+# --no-compile: pip would byte-compile all of torch's ~5 GB install (about 25 s here); Python compiles
+# the modules a command imports the first time it imports them (about 10 s, once). The editable
+# install builds with the venv's own setuptools (no isolated build environment to fetch).
 $(STAMP): $(BIN)/python requirements.txt pyproject.toml
-	$(BIN)/python -m pip install --quiet -r requirements.txt
-	$(BIN)/python -m pip install --quiet --no-deps -e .
+	$(BIN)/python -m pip install --quiet --no-compile -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-compile --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 
 $(DEV_STAMP): $(STAMP) requirements-dev.txt
