@@ -10,6 +10,10 @@ return (workers' start-up included) and its rate is the jobs it ran (each makes 
 minute. ``--jobs 1`` runs in this process with torch's default threads (both cores); ``--jobs N``
 in N worker processes with ``cores // N`` threads each. Calls alternate (1, N, 1, N, ...) so a
 slow spell of the machine falls on both. Run it on an idle machine.
+
+The last line bounds the ratio: one retrained model (most of the work) timed in this process on all
+cores' torch threads and on ``cores // N``; N workers can make at most N x t_all / t_one times the
+models of one process, because ``--jobs 1`` already keeps every core busy inside torch's ops.
 """
 from __future__ import annotations
 
@@ -64,6 +68,17 @@ def main() -> None:
         m1 = sum(rates[1]) / len(rates[1])
         mn = sum(rates[a.jobs]) / len(rates[a.jobs])
         print(f"models/min: --jobs 1 {m1:.1f}, --jobs {a.jobs} {mn:.1f}: ratio {mn / m1:.2f}x")
+        task, threads, per_worker = _task(cfg), torch.get_num_threads(), max(1, (os.cpu_count() or 1) // a.jobs)
+        times = {}
+        for i, n in enumerate((threads, per_worker, threads, per_worker)):
+            torch.set_num_threads(n)
+            t0 = time.perf_counter()
+            _reference("retrain", task, 1000 + i, base, "cpu")
+            times.setdefault(n, []).append(time.perf_counter() - t0)
+        torch.set_num_threads(threads)
+        t_all, t_one = min(times[threads]), min(times[per_worker])
+        print(f"one retrain: {t_all:.2f} s on {threads} torch threads, {t_one:.2f} s on {per_worker}: "
+              f"{a.jobs} workers can make at most {a.jobs * t_all / t_one:.2f}x the models of one process")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
