@@ -3,9 +3,9 @@
 ``LocalExecutor(jobs=1)`` runs cells one after the other in this process; ``jobs=N > 1`` in N
 worker processes, each with ``cores // N`` torch threads and killed with the parent on Linux, so a
 ``kill -9`` of ``unlearnkit bench`` leaves no orphan at work. On Linux the workers are forked from
-this process while CUDA is not initialised in it: they start at once, with torch imported and the
-data already loaded (a spawned worker imports torch again, ~7 s, which cost a small-model
-workload its whole parallel gain). Elsewhere, or once CUDA is in use here, they are spawned.
+this process on a machine without a GPU (:func:`start_method`): they start at once, with torch
+imported and the data already loaded (a spawned worker imports torch again, ~7 s, which cost a
+small-model workload its whole parallel gain). Elsewhere they are spawned.
 Callers :meth:`~LocalExecutor.start` the workers before showing a progress bar, so no other
 thread of this process (the bar's refresh) runs at the fork. ``RayExecutor`` submits
 each cell as a Ray task (``num_cpus=1``, and ``num_gpus=1`` when the cluster has GPUs) to the
@@ -56,14 +56,26 @@ def _ready() -> int:
     return os.getpid()
 
 
+def gpu_device_nodes() -> list[str]:
+    """The NVIDIA (``/dev/nvidia<N>``) and AMD ROCm (``/dev/kfd``) device files of this machine."""
+    import glob
+
+    return sorted(glob.glob("/dev/nvidia[0-9]*")) + (["/dev/kfd"] if os.path.exists("/dev/kfd") else [])
+
+
 def start_method() -> str:
-    """``fork`` on Linux while CUDA is not initialised in this process (a forked child cannot use
-    it), else ``spawn``."""
+    """``fork`` on a Linux machine without a GPU, else ``spawn``.
+
+    A forked child cannot use CUDA once the parent has touched it, and torch's own device checks
+    (``torch.cuda.is_available()``) touch it without ``torch.cuda.is_initialized()`` saying so; so
+    a machine with GPU device files spawns its workers (their torch import is small beside GPU work)."""
     import sys
 
     import torch
 
-    return "fork" if sys.platform.startswith("linux") and not torch.cuda.is_initialized() else "spawn"
+    if not sys.platform.startswith("linux") or torch.cuda.is_initialized() or gpu_device_nodes():
+        return "spawn"
+    return "fork"
 
 
 class LocalExecutor:
