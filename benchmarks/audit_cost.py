@@ -23,8 +23,11 @@ The goal in the issue is <= 1.3; the probes (2 x layers x (2 + references) x up 
 logistic-regression fits: adaptive resplitting stops a layer's ΔAUROC / ΔLPR earlier when its
 intervals are clear of the tolerance), the held-out LDA AUROC, the separability bootstraps and the
 resurfacing checks are CPU work that forward passes do not have: the last lines say how many
-resplits each statistic used and how many probe fits that was. ``--solver`` picks the probe solver
-(auto: scipy's L-BFGS-B, sklearn's own call, on the CPU; the batched solver on a GPU).
+resplits each statistic used and how many probe fits that was. Like ``unlearnkit``, it first lets
+malloc reuse freed memory (``tune_cpu_allocator``; ``--default-malloc`` does not: both the bare
+passes and the audit's then fault their activations in again, batch after batch). ``--solver``
+picks the probe solver (auto: scipy's L-BFGS-B, sklearn's own call, on the CPU; the batched solver
+on a GPU).
 """
 from __future__ import annotations
 
@@ -67,8 +70,13 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=2, help="best of N for every timing")
     p.add_argument("--solver", default="auto", choices=["auto", "scipy", "sklearn", "batched"], help="probe solver")
     p.add_argument("--idi", action="store_true", help="also time the audit with IDI (trains critics)")
+    p.add_argument("--default-malloc", action="store_true",
+                   help="leave glibc's malloc as it is (the CLI calls tune_cpu_allocator; see docs/performance.md)")
     a = p.parse_args()
     os.environ.setdefault("UNLEARNKIT_PROGRESS", "0")
+    from unlearnkit.runtime import tune_cpu_allocator
+
+    tuned = False if a.default_malloc else tune_cpu_allocator()  # as `unlearnkit` does: bare and audit alike
 
     from unlearnkit import ForgetSpec, load_dataset, make_split
     from unlearnkit.audit import AuditConfig, audit
@@ -133,7 +141,8 @@ def main() -> None:
 
     print(f"{bundle.name} / {a.model}, forget class {a.forget_class}: 3 models x {n_rows} rows "
           f"(train forget + train retain + test); torch threads {torch.get_num_threads()}, "
-          f"CPUs {os.cpu_count()}, probe solver {a.solver}, probe threads {a.jobs or 'auto'}; best of {a.repeats}")
+          f"CPUs {os.cpu_count()}, probe solver {a.solver}, probe threads {a.jobs or 'auto'}, "
+          f"freed memory reused (tune_cpu_allocator): {tuned}; best of {a.repeats}")
     print(f"{'what':48s} {'wall s':>8s} {'x bare':>8s}")
     rows = [("bare forward passes (logits only)", t_bare),
             ("feature extraction (all audit layers + logits)", t_feat),

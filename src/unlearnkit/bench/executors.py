@@ -50,6 +50,9 @@ def _init_worker(threads: int) -> None:
 
     torch.set_num_threads(threads)  # before any torch op here: a forked worker never enters the parent's
     # OpenMP pool (torch runs single-threaded ops inline), as torch's own DataLoader workers do
+    from ..runtime import tune_cpu_allocator
+
+    tune_cpu_allocator()  # reuse freed memory here too (a no-op when the parent already did)
 
 
 def _ready() -> int:

@@ -86,6 +86,9 @@ def handles_errors(fn):
 
 
 def main() -> None:
+    from ..runtime import tune_cpu_allocator
+
+    tune_cpu_allocator()  # before any tensor: evaluation batches reuse freed memory (no page faults)
     try:
         app()
     except KeyboardInterrupt:
