@@ -180,3 +180,36 @@ def tune_cpu_allocator(mmap_threshold: int = 256 << 20, trim_threshold: int = 51
     _ALLOCATOR_TUNED = bool(libc.mallopt(_M_MMAP_THRESHOLD, int(mmap_threshold))
                             and libc.mallopt(_M_TRIM_THRESHOLD, int(trim_threshold)))
     return _ALLOCATOR_TUNED
+
+
+def die_with_parent() -> None:
+    """Linux: SIGKILL this (worker) process when the process that started it dies (prctl PR_SET_PDEATHSIG)."""
+    try:
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+def gpu_device_nodes() -> list[str]:
+    """The NVIDIA (``/dev/nvidia<N>``) and AMD ROCm (``/dev/kfd``) device files of this machine."""
+    import glob
+
+    return sorted(glob.glob("/dev/nvidia[0-9]*")) + (["/dev/kfd"] if os.path.exists("/dev/kfd") else [])
+
+
+def start_method() -> str:
+    """``fork`` on a Linux machine without a GPU, else ``spawn``: how worker processes start.
+
+    A forked child cannot use CUDA once the parent has touched it, and torch's own device checks
+    (``torch.cuda.is_available()``) touch it without ``torch.cuda.is_initialized()`` saying so; so
+    a machine with GPU device files spawns its workers (their torch import is small beside GPU work)."""
+    if not sys.platform.startswith("linux") or torch.cuda.is_initialized() or gpu_device_nodes():
+        return "spawn"
+    return "fork"
+
+
+def fork_is_safe() -> bool:
+    """Whether this process may fork workers (:func:`start_method` is ``fork``)."""
+    return start_method() == "fork"

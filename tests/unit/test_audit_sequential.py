@@ -2,10 +2,14 @@
 the stopping rule, the pairing of every model on the same resplits, and the coverage it keeps."""
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
 import pytest
 from scipy import stats
 
+from unlearnkit import runtime
 from unlearnkit.audit import AuditConfig
 from unlearnkit.audit.layers import _Model, resplit
 from unlearnkit.audit.probing import ProbeScores, clear_of, look_confidence, looks, make_splits, paired_interval
@@ -126,3 +130,34 @@ def test_the_stopped_interval_keeps_its_coverage():
         covered += lo <= mu <= hi
     assert early > n_rep // 4  # the rule does stop early often
     assert covered / n_rep >= 0.95 - 2 * np.sqrt(0.05 * 0.95 / n_rep)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or bool(runtime.gpu_device_nodes()),
+                    reason="probe processes are forked on Linux machines without a GPU only")
+def test_forked_probe_processes_give_the_threads_numbers(monkeypatch):
+    """Adaptive resplitting with its probes in forked worker processes (the default with two workers
+    on Linux) and on threads (where a process cannot be forked): the same resplits, bit for bit."""
+    from unlearnkit.audit import probing
+
+    rng = np.random.RandomState(0)
+    y = np.r_[np.ones(30, bool), np.zeros(90, bool)]
+    xs = [rng.randn(120, 4) + s * y[:, None] for s in (0.4, 3.0, 0.4)]
+    xs[0][0, 0] = np.nan  # made finite (0) in the workers' copy, as on threads
+    cfg = AuditConfig(n_splits=10, resplit_looks=(5,), n_jobs=2)
+    sp = make_splits(y, cfg)
+    submitted = []
+    submit = probing.ProbeProcesses.submit
+    monkeypatch.setattr(probing.ProbeProcesses, "submit",
+                        lambda self, *a: submitted.append(os.getpid()) or submit(self, *a))
+    forked = {"l": [_Model(x) for x in xs]}
+    stops = resplit(forked, y, sp, cfg)
+    n_forked = len(submitted)
+    assert n_forked >= 3 and probing._FORKED_X == {}  # used, and let go of the features
+    monkeypatch.setattr(runtime, "fork_is_safe", lambda: False)
+    threads = {"l": [_Model(x) for x in xs]}
+    assert resplit(threads, y, sp, cfg) == stops
+    assert len(submitted) == n_forked  # this time nothing went to processes
+    for a, b in zip(forked["l"], threads["l"]):
+        assert a.computed("lpr") == b.computed("lpr")
+        j = a.computed("lpr")
+        assert np.array_equal(a.values("lpr", j), b.values("lpr", j))

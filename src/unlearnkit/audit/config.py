@@ -90,7 +90,9 @@ class AuditConfig:
     optimum is unique, the two agree up to that tolerance: mean LPR within 0.1 point, a held-out
     sample may flip); ``"auto"``: batched on a GPU, scipy on the CPU (where batched was the slowest of
     the three inside the audit, which fits 5 to 10 resplits at a time). ``n_jobs`` parallel probe
-    threads (None: the CPU count, at most 4).
+    workers (None: the CPU count, at most 4): forked processes for the CPU probe fits where a process
+    can be forked safely (Linux without a GPU; :func:`unlearnkit.audit.probing.probe_processes`),
+    threads for the rest; the numbers do not depend on them.
 
     **Adaptive resplitting** (the reported ΔAUROC and ΔLPR; :func:`unlearnkit.audit.layers.measure_data`).
     ``n_splits`` is the most resplits a layer gets; it may stop earlier, at the looks ``resplit_looks``

@@ -56,6 +56,7 @@ from .probing import (
     one_thread,
     paired_interval,
     probe_jobs,
+    probe_processes,
     run_parallel,
     solver_for,
 )
@@ -223,15 +224,19 @@ def resplit(models: dict[str, list[_Model]], y: np.ndarray, splits, config: Audi
     rows = _Rows(y, splits, *masks(splits, y.size))
     todo = {(layer, stat) for layer in models for stat in STATS}
     stops: dict[str, dict[str, int]] = {layer: {} for layer in models}
-    for look in looks(config):
-        need = {(id(m), stat): (m, stat) for layer, stat in todo for m in models[layer] if m.computed(stat) < look}
-        _extend(list(need.values()), look, rows, config, device)
-        for layer, stat in sorted(todo):
-            if look == config.n_splits or _clear(models[layer], stat, look, splits, config):
-                stops[layer][stat] = look
-        todo = {(layer, stat) for layer, stat in todo if stat not in stops[layer]}
-        if not todo:
-            break
+    due = {id(m): m for ms in models.values() for m in ms if m.computed("lpr") < config.n_splits}
+    xs = {k: np.nan_to_num(m.x, nan=0.0, posinf=0.0, neginf=0.0) for k, m in due.items()}
+    with probe_processes(xs, config, device) as pool:
+        for look in looks(config):
+            need = {(id(m), stat): (m, stat) for layer, stat in todo for m in models[layer]
+                    if m.computed(stat) < look}
+            _extend(list(need.values()), look, rows, config, device, pool)
+            for layer, stat in sorted(todo):
+                if look == config.n_splits or _clear(models[layer], stat, look, splits, config):
+                    stops[layer][stat] = look
+            todo = {(layer, stat) for layer, stat in todo if stat not in stops[layer]}
+            if not todo:
+                break
     return stops
 
 
@@ -245,18 +250,24 @@ class _Rows:
     test: torch.Tensor
 
 
-def _extend(need: list[tuple[_Model, str]], look: int, rows: _Rows, config: AuditConfig, device) -> None:
+def _extend(need: list[tuple[_Model, str]], look: int, rows: _Rows, config: AuditConfig, device,
+            pool=None) -> None:
     """Compute resplits ``computed .. look`` of each (model, statistic) of ``need`` and append them: the
-    held-out LDA AUROC and the CPU probes as parallel jobs, the batched probe on a GPU in turn."""
+    held-out LDA AUROC as parallel jobs on threads and the CPU probes beside them in ``pool``'s
+    processes (:func:`~unlearnkit.audit.probing.probe_processes`; without one, as thread jobs too),
+    the batched probe on a GPU in turn."""
     y, splits, train, test = rows.y, rows.splits, rows.train, rows.test
     yt = torch.from_numpy(y)
     gpu = on_gpu(device) and solver_for(config, device) == "batched"
-    jobs, owners, gpu_owners = [], [], []
+    jobs, owners, gpu_owners, futures = [], [], [], []
     for m, stat in need:
         lo = m.computed(stat)
         if stat == "auroc":
             jobs.append(partial(_heldout_auroc, m.x, yt, train[:, lo:look], test[:, lo:look]))
             owners.append((m, stat, 1))
+            continue
+        if pool is not None:  # one task per model and layer, its features already in the workers
+            futures.append((m, pool.submit(id(m), y, splits[lo:look], lo, config)))
             continue
         x = np.nan_to_num(m.x, nan=0.0, posinf=0.0, neginf=0.0)
         more = probe_jobs(x, y, splits[lo:look], lo, config, device)
@@ -270,6 +281,8 @@ def _extend(need: list[tuple[_Model, str]], look: int, rows: _Rows, config: Audi
     res = iter(run_parallel(jobs, config))
     for m, stat, k in owners:
         m.extend(stat, next(res) if stat == "auroc" else joined([next(res) for _ in range(k)]))
+    for m, fut in futures:
+        m.extend("lpr", fut.result())
 
 
 def _heldout_auroc(x: np.ndarray, y: torch.Tensor, train: torch.Tensor, test: torch.Tensor) -> np.ndarray:

@@ -25,6 +25,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any, Callable, Iterator
 
 from ..errors import UserError
+from ..runtime import die_with_parent, gpu_device_nodes, start_method  # noqa: F401 (re-exported)
 from .cell import Machine, execute_cell
 from .grid import Cell
 
@@ -32,19 +33,8 @@ Event = tuple[str, Cell, "dict | None"]  # or another item type, with another fn
 Execute = Callable[[Any, Machine], dict]
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this worker when the process that started it dies (prctl PR_SET_PDEATHSIG)."""
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
-
-
 def _init_worker(threads: int) -> None:
-    _die_with_parent()
+    die_with_parent()
     os.environ["UNLEARNKIT_PROGRESS"] = "0"
     import torch
 
@@ -57,28 +47,6 @@ def _init_worker(threads: int) -> None:
 
 def _ready() -> int:
     return os.getpid()
-
-
-def gpu_device_nodes() -> list[str]:
-    """The NVIDIA (``/dev/nvidia<N>``) and AMD ROCm (``/dev/kfd``) device files of this machine."""
-    import glob
-
-    return sorted(glob.glob("/dev/nvidia[0-9]*")) + (["/dev/kfd"] if os.path.exists("/dev/kfd") else [])
-
-
-def start_method() -> str:
-    """``fork`` on a Linux machine without a GPU, else ``spawn``.
-
-    A forked child cannot use CUDA once the parent has touched it, and torch's own device checks
-    (``torch.cuda.is_available()``) touch it without ``torch.cuda.is_initialized()`` saying so; so
-    a machine with GPU device files spawns its workers (their torch import is small beside GPU work)."""
-    import sys
-
-    import torch
-
-    if not sys.platform.startswith("linux") or torch.cuda.is_initialized() or gpu_device_nodes():
-        return "spawn"
-    return "fork"
 
 
 class LocalExecutor:

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from unlearnkit.bench import executors
+from unlearnkit import runtime
 from unlearnkit.bench.cell import Machine
 from unlearnkit.bench.executors import LocalExecutor, start_method
 
@@ -28,13 +28,13 @@ def test_one_job_runs_in_this_process():
 
 def test_a_gpu_machine_spawns_its_workers(monkeypatch):
     """A forked child cannot use CUDA after the parent touched it: any GPU device file means spawn."""
-    monkeypatch.setattr(executors, "gpu_device_nodes", lambda: ["/dev/nvidia0"])
+    monkeypatch.setattr(runtime, "gpu_device_nodes", lambda: ["/dev/nvidia0"])
     assert start_method() == "spawn"
-    monkeypatch.setattr(executors, "gpu_device_nodes", lambda: [])
+    monkeypatch.setattr(runtime, "gpu_device_nodes", lambda: [])
     assert start_method() == ("fork" if sys.platform.startswith("linux") else "spawn")
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or bool(executors.gpu_device_nodes()),
+@pytest.mark.skipif(not sys.platform.startswith("linux") or bool(runtime.gpu_device_nodes()),
                     reason="workers are forked on Linux machines without a GPU only")
 def test_workers_are_forked_with_one_thread_and_see_this_process_memory():
     assert start_method() == "fork"
