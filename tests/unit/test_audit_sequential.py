@@ -136,7 +136,8 @@ def test_the_stopped_interval_keeps_its_coverage():
                     reason="probe processes are forked on Linux machines without a GPU only")
 def test_forked_probe_processes_give_the_threads_numbers(monkeypatch):
     """Adaptive resplitting with its probes in forked worker processes (the default with two workers
-    on Linux) and on threads (where a process cannot be forked): the same resplits, bit for bit."""
+    on Linux, for enough work) and on threads (where a process cannot be forked, or for little
+    work): the same resplits, bit for bit."""
     from unlearnkit.audit import probing
 
     rng = np.random.RandomState(0)
@@ -149,15 +150,20 @@ def test_forked_probe_processes_give_the_threads_numbers(monkeypatch):
     submit = probing.ProbeProcesses.submit
     monkeypatch.setattr(probing.ProbeProcesses, "submit",
                         lambda self, *a: submitted.append(os.getpid()) or submit(self, *a))
+    small = {"l": [_Model(x) for x in xs]}
+    stops = resplit(small, y, sp, cfg)
+    assert submitted == []  # too little work to be worth forking for
+    monkeypatch.setattr(probing, "PROCESS_MIN_WORK", 0)
     forked = {"l": [_Model(x) for x in xs]}
-    stops = resplit(forked, y, sp, cfg)
+    assert resplit(forked, y, sp, cfg) == stops
     n_forked = len(submitted)
     assert n_forked >= 3 and probing._FORKED_X == {}  # used, and let go of the features
     monkeypatch.setattr(runtime, "fork_is_safe", lambda: False)
     threads = {"l": [_Model(x) for x in xs]}
     assert resplit(threads, y, sp, cfg) == stops
     assert len(submitted) == n_forked  # this time nothing went to processes
-    for a, b in zip(forked["l"], threads["l"]):
-        assert a.computed("lpr") == b.computed("lpr")
+    for a, b, c in zip(forked["l"], threads["l"], small["l"]):
+        assert a.computed("lpr") == b.computed("lpr") == c.computed("lpr")
         j = a.computed("lpr")
         assert np.array_equal(a.values("lpr", j), b.values("lpr", j))
+        assert np.array_equal(a.values("lpr", j), c.values("lpr", j))

@@ -226,7 +226,8 @@ def resplit(models: dict[str, list[_Model]], y: np.ndarray, splits, config: Audi
     stops: dict[str, dict[str, int]] = {layer: {} for layer in models}
     due = {id(m): m for ms in models.values() for m in ms if m.computed("lpr") < config.n_splits}
     xs = {k: np.nan_to_num(m.x, nan=0.0, posinf=0.0, neginf=0.0) for k, m in due.items()}
-    with probe_processes(xs, config, device) as pool:
+    left = max((len(splits) - m.computed("lpr") for m in due.values()), default=0)
+    with probe_processes(xs, left, config, device) as pool:
         for look in looks(config):
             need = {(id(m), stat): (m, stat) for layer, stat in todo for m in models[layer]
                     if m.computed(stat) < look}

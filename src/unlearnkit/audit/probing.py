@@ -205,11 +205,18 @@ class ProbeProcesses:
         return self._pool.submit(_probe_forked, key, is_forget, splits, first, config)
 
 
+#: the least probe work (feature values x resplits still to fit) worth forking workers for: about
+#: 0.4 s of fits on this 2-core machine (~20 ns per value and resplit) against ~0.1 s to fork and
+#: start two workers from a process holding a gigabyte
+PROCESS_MIN_WORK = 20_000_000
+
+
 @contextmanager
-def probe_processes(xs: dict, config: AuditConfig, device=None):
+def probe_processes(xs: dict, splits_left: int, config: AuditConfig, device=None):
     """:class:`ProbeProcesses` of ``n_workers(config)`` processes forked with the feature matrices ``xs``
-    (finite), or None (then the probes run on threads): with one worker or no matrix, on a GPU's
-    batched solver, or where a process cannot be forked safely (:func:`unlearnkit.runtime.fork_is_safe`).
+    (finite), or None (then the probes run on threads): with one worker, when the fits left (each
+    matrix's values x ``splits_left``) are under :data:`PROCESS_MIN_WORK`, on a GPU's batched
+    solver, or where a process cannot be forked safely (:func:`unlearnkit.runtime.fork_is_safe`).
 
     Why processes: a probe fit is scipy's L-BFGS-B driving a numpy objective on a few thousand rows,
     mostly Python that holds the GIL, so two threads fitted the audit's probes no faster than one
@@ -222,7 +229,9 @@ def probe_processes(xs: dict, config: AuditConfig, device=None):
     from ..runtime import fork_is_safe
 
     workers = n_workers(config)
-    if not xs or workers < 2 or solver_for(config, device) not in ("sklearn", "scipy") or not fork_is_safe():
+    work = splits_left * sum(x.size for x in xs.values())
+    if (work < PROCESS_MIN_WORK or workers < 2 or solver_for(config, device) not in ("sklearn", "scipy")
+            or not fork_is_safe()):
         yield None
         return
     global _FORKED_X
