@@ -27,7 +27,8 @@ resplits each statistic used and how many probe fits that was. Like ``unlearnkit
 malloc reuse freed memory (``tune_cpu_allocator``; ``--default-malloc`` does not: both the bare
 passes and the audit's then fault their activations in again, batch after batch). ``--solver``
 picks the probe solver (auto: scipy's L-BFGS-B, sklearn's own call, on the CPU; the batched solver
-on a GPU).
+on a GPU); ``--ab-probe-processes N`` alternates N audits with the probe fits in forked processes
+(``AuditConfig.probe_processes``, the default where a process can fork) and on threads.
 """
 from __future__ import annotations
 
@@ -70,6 +71,8 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=2, help="best of N for every timing")
     p.add_argument("--solver", default="auto", choices=["auto", "scipy", "sklearn", "batched"], help="probe solver")
     p.add_argument("--idi", action="store_true", help="also time the audit with IDI (trains critics)")
+    p.add_argument("--ab-probe-processes", type=int, default=0, metavar="N",
+                   help="also alternate N full audits with the probe fits in processes and on threads")
     p.add_argument("--default-malloc", action="store_true",
                    help="leave glibc's malloc as it is (the CLI calls tune_cpu_allocator; see docs/performance.md)")
     a = p.parse_args()
@@ -168,6 +171,16 @@ def main() -> None:
           f"bootstraps, CKA, k-NN, MIA, resurfacing")
     print("adaptive resplitting (resplits used per layer, ΔAUROC / ΔLPR): " + ", ".join(
         f"{d} {r.layer} {r.auroc_splits}/{r.lpr_splits}" for d, rs in rep.layers.items() for r in rs if r.probed))
+    if a.ab_probe_processes:
+        times = {True: [], False: []}
+        for _ in range(a.ab_probe_processes):
+            for on in (True, False):
+                c = AuditConfig(n_jobs=a.jobs, probe_solver=a.solver, probe_processes=on)
+                t = audit(original, unlearned, retrain, split, config=c).timing
+                times[on].append((t["layers_s"], t["total_s"]))
+        for on, label in ((True, "probe fits in processes"), (False, "probe fits on threads")):
+            print(f"{label:24s} layer stage " + ", ".join(f"{x:.2f}" for x, _ in times[on])
+                  + " s; whole audit " + ", ".join(f"{y:.2f}" for _, y in times[on]) + " s")
 
 
 if __name__ == "__main__":

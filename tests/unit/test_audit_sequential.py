@@ -158,10 +158,12 @@ def test_forked_probe_processes_give_the_threads_numbers(monkeypatch):
     assert resplit(forked, y, sp, cfg) == stops
     n_forked = len(submitted)
     assert n_forked >= 3 and probing._FORKED_X == {}  # used, and let go of the features
+    off = {"l": [_Model(x) for x in xs]}
+    assert resplit(off, y, sp, AuditConfig(n_splits=10, resplit_looks=(5,), n_jobs=2, probe_processes=False)) == stops
     monkeypatch.setattr(runtime, "fork_is_safe", lambda: False)
     threads = {"l": [_Model(x) for x in xs]}
     assert resplit(threads, y, sp, cfg) == stops
-    assert len(submitted) == n_forked  # this time nothing went to processes
+    assert len(submitted) == n_forked  # switched off, or where a process cannot fork: all on threads
     for a, b, c in zip(forked["l"], threads["l"], small["l"]):
         assert a.computed("lpr") == b.computed("lpr") == c.computed("lpr")
         j = a.computed("lpr")

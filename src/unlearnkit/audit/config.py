@@ -91,8 +91,9 @@ class AuditConfig:
     sample may flip); ``"auto"``: batched on a GPU, scipy on the CPU (where batched was the slowest of
     the three inside the audit, which fits 5 to 10 resplits at a time). ``n_jobs`` parallel probe
     workers (None: the CPU count, at most 4): forked processes for the CPU probe fits where a process
-    can be forked safely (Linux without a GPU; :func:`unlearnkit.audit.probing.probe_processes`),
-    threads for the rest; the numbers do not depend on them.
+    can be forked safely (Linux without a GPU; :func:`unlearnkit.audit.probing.probe_processes`;
+    ``probe_processes=False`` keeps them on threads, e.g. inside an application whose own threads
+    must not be forked), threads for the rest; the numbers do not depend on them.
 
     **Adaptive resplitting** (the reported ΔAUROC and ΔLPR; :func:`unlearnkit.audit.layers.measure_data`).
     ``n_splits`` is the most resplits a layer gets; it may stop earlier, at the looks ``resplit_looks``
@@ -261,6 +262,7 @@ class AuditConfig:
     # --- execution -------------------------------------------------------------------------------
     batch_size: int = 512
     n_jobs: int | None = None
+    probe_processes: bool = True
 
     def __post_init__(self) -> None:
         from ..validate import dataclass_fields

@@ -214,7 +214,8 @@ PROCESS_MIN_WORK = 20_000_000
 @contextmanager
 def probe_processes(xs: dict, splits_left: int, config: AuditConfig, device=None):
     """:class:`ProbeProcesses` of ``n_workers(config)`` processes forked with the feature matrices ``xs``
-    (finite), or None (then the probes run on threads): with one worker, when the fits left (each
+    (finite), or None (then the probes run on threads): with ``probe_processes`` off or one worker,
+    when the fits left (each
     matrix's values x ``splits_left``) are under :data:`PROCESS_MIN_WORK`, on a GPU's batched
     solver, or where a process cannot be forked safely (:func:`unlearnkit.runtime.fork_is_safe`).
 
@@ -230,8 +231,8 @@ def probe_processes(xs: dict, splits_left: int, config: AuditConfig, device=None
 
     workers = n_workers(config)
     work = splits_left * sum(x.size for x in xs.values())
-    if (work < PROCESS_MIN_WORK or workers < 2 or solver_for(config, device) not in ("sklearn", "scipy")
-            or not fork_is_safe()):
+    if (not config.probe_processes or work < PROCESS_MIN_WORK or workers < 2
+            or solver_for(config, device) not in ("sklearn", "scipy") or not fork_is_safe()):
         yield None
         return
     global _FORKED_X
