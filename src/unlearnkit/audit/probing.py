@@ -215,17 +215,16 @@ PROCESS_MIN_WORK = 20_000_000
 def probe_processes(xs: dict, splits_left: int, config: AuditConfig, device=None):
     """:class:`ProbeProcesses` of ``n_workers(config)`` processes forked with the feature matrices ``xs``
     (finite), or None (then the probes run on threads): with ``probe_processes`` off or one worker,
-    when the fits left (each
-    matrix's values x ``splits_left``) are under :data:`PROCESS_MIN_WORK`, on a GPU's batched
-    solver, or where a process cannot be forked safely (:func:`unlearnkit.runtime.fork_is_safe`).
+    when the fits left (each matrix's values x ``splits_left``) are under :data:`PROCESS_MIN_WORK`,
+    on a GPU's batched solver, or where a process cannot be forked safely
+    (:func:`unlearnkit.runtime.fork_is_safe`).
 
     Why processes: a probe fit is scipy's L-BFGS-B driving a numpy objective on a few thousand rows,
     mostly Python that holds the GIL, so two threads fitted the audit's probes no faster than one
     (the layer stage of the mnist5k audit: 3.08 s on one worker, 3.09 s on two); two forked processes
-    fit its 435 probes in 1.2 s instead of 1.9 s. The workers fork when the first fit is submitted,
-    with ``xs`` in their memory (nothing large crosses a pipe), and are shut down when the block
-    ends. A fit is the same function on the same numbers, on one BLAS thread either way: the scores
-    are identical to the threads'.
+    fit its 435 probes in 1.2 s instead of 1.9 s. The workers fork here, with ``xs`` in their memory
+    (nothing large crosses a pipe), and are shut down when the block ends. A fit is the same function
+    on the same numbers, on one BLAS thread either way: the scores are identical to the threads'.
     """
     from ..runtime import fork_is_safe
 
@@ -236,13 +235,16 @@ def probe_processes(xs: dict, splits_left: int, config: AuditConfig, device=None
         yield None
         return
     global _FORKED_X
-    _FORKED_X = xs
+    before, _FORKED_X = _FORKED_X, xs
     pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"), initializer=_probe_worker)
+    try:
+        pool.submit(os.getpid).result()  # every worker forks now, with these matrices
+    finally:
+        _FORKED_X = before  # the workers have their copy; a pool forked later gets its own
     try:
         yield ProbeProcesses(pool)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-        _FORKED_X = {}
 
 
 def probe_range(x: np.ndarray, is_forget: np.ndarray, splits, first: int, config: AuditConfig,
