@@ -14,7 +14,16 @@ BROWSERS    := chromium chromium-browser google-chrome
 
 .PHONY: demo test test-fast browser docs leaderboard lint install clean-runs bench
 
+# The virtual environment takes about 6.2 GiB (torch, triton and the CUDA libraries are 5.2 GiB of it): check the
+# disk before creating it, so a full disk ends in one line rather than in pip's OSError halfway through.
+MIN_FREE_GIB ?= 6.5
+
 $(BIN)/python:
+	@$(PY) -c "import os, shutil, sys; d = os.path.dirname(os.path.abspath('$(VENV)')) or '.'; \
+	free = shutil.disk_usage(d).free / 2**30; ok = free >= $(MIN_FREE_GIB); \
+	ok or print(f'error: {free:.1f} GiB free in {d}; the virtual environment ($(VENV)) needs about \
+	$(MIN_FREE_GIB) GiB (torch and its CUDA libraries): free some space and run make again', file=sys.stderr); \
+	sys.exit(0 if ok else 2)"
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
