@@ -46,6 +46,7 @@ from .probing import (
     ProbeScores,
     bootstrap_weights,
     clear_of,
+    finite,
     joined,
     look_confidence,
     looks,
@@ -225,13 +226,13 @@ def resplit(models: dict[str, list[_Model]], y: np.ndarray, splits, config: Audi
     todo = {(layer, stat) for layer in models for stat in STATS}
     stops: dict[str, dict[str, int]] = {layer: {} for layer in models}
     due = {id(m): m for ms in models.values() for m in ms if m.computed("lpr") < config.n_splits}
-    xs = {k: np.nan_to_num(m.x, nan=0.0, posinf=0.0, neginf=0.0) for k, m in due.items()}
+    xs = {k: finite(m.x) for k, m in due.items()}  # the probes' input, once per model and layer
     left = max((len(splits) - m.computed("lpr") for m in due.values()), default=0)
     with probe_processes(xs, left, config, device) as pool:
         for look in looks(config):
             need = {(id(m), stat): (m, stat) for layer, stat in todo for m in models[layer]
                     if m.computed(stat) < look}
-            _extend(list(need.values()), look, rows, config, device, pool)
+            _extend(list(need.values()), look, rows, xs, config, device, pool)
             for layer, stat in sorted(todo):
                 if look == config.n_splits or _clear(models[layer], stat, look, splits, config):
                     stops[layer][stat] = look
@@ -251,7 +252,7 @@ class _Rows:
     test: torch.Tensor
 
 
-def _extend(need: list[tuple[_Model, str]], look: int, rows: _Rows, config: AuditConfig, device,
+def _extend(need: list[tuple[_Model, str]], look: int, rows: _Rows, xs: dict, config: AuditConfig, device,
             pool=None) -> None:
     """Compute resplits ``computed .. look`` of each (model, statistic) of ``need`` and append them: the
     held-out LDA AUROC as parallel jobs on threads and the CPU probes beside them in ``pool``'s
@@ -270,8 +271,7 @@ def _extend(need: list[tuple[_Model, str]], look: int, rows: _Rows, config: Audi
         if pool is not None:  # one task per model and layer, its features already in the workers
             futures.append((m, pool.submit(id(m), y, splits[lo:look], lo, config)))
             continue
-        x = np.nan_to_num(m.x, nan=0.0, posinf=0.0, neginf=0.0)
-        more = probe_jobs(x, y, splits[lo:look], lo, config, device)
+        more = probe_jobs(xs[id(m)], y, splits[lo:look], lo, config, device)
         if gpu:
             gpu_owners.append((m, joined([job() for job in more])))
         else:

@@ -279,6 +279,11 @@ def joined(scores: list[ProbeScores]) -> ProbeScores:
     return ProbeScores(np.concatenate([s.bacc for s in scores]), np.concatenate([s.auroc for s in scores]))
 
 
+def finite(x: np.ndarray) -> np.ndarray:
+    """``x`` with NaN and +-inf set to 0, as Mirage's probe input; ``x`` itself when it is finite (no copy)."""
+    return x if np.isfinite(x).all() else np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
+
+
 def probe_scores(xs: list[np.ndarray], is_forget: np.ndarray, splits, config: AuditConfig,
                  device=None) -> list[ProbeScores]:
     """The Mirage probe on every split, for each feature matrix of ``xs`` (NaN/inf -> 0, as Mirage).
@@ -286,7 +291,7 @@ def probe_scores(xs: list[np.ndarray], is_forget: np.ndarray, splits, config: Au
     Independent fits run on ``n_workers(config)`` threads (:func:`run_parallel`); on a GPU the batched
     solver runs them one model after the other. The numbers do not depend on the number of workers.
     """
-    xs = [np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0) for x in xs]
+    xs = [finite(x) for x in xs]
     per_model = [probe_jobs(x, is_forget, splits, 0, config, device) for x in xs]
     if on_gpu(device) and solver_for(config, device) == "batched":
         return [joined([job() for job in jobs]) for jobs in per_model]
