@@ -232,7 +232,7 @@ def resplit(models: dict[str, list[_Model]], y: np.ndarray, splits, config: Audi
         for look in looks(config):
             need = {(id(m), stat): (m, stat) for layer, stat in todo for m in models[layer]
                     if m.computed(stat) < look}
-            _extend(list(need.values()), look, rows, xs, config, device, pool)
+            _extend(list(need.values()), look, rows, xs, config, device=device, pool=pool)
             for layer, stat in sorted(todo):
                 if look == config.n_splits or _clear(models[layer], stat, look, splits, config):
                     stops[layer][stat] = look
@@ -252,12 +252,13 @@ class _Rows:
     test: torch.Tensor
 
 
-def _extend(need: list[tuple[_Model, str]], look: int, rows: _Rows, xs: dict, config: AuditConfig, device,
+def _extend(need: list[tuple[_Model, str]], look: int, rows: _Rows, xs: dict, config: AuditConfig, *, device,
             pool=None) -> None:
     """Compute resplits ``computed .. look`` of each (model, statistic) of ``need`` and append them: the
     held-out LDA AUROC as parallel jobs on threads and the CPU probes beside them in ``pool``'s
     processes (:func:`~unlearnkit.audit.probing.probe_processes`; without one, as thread jobs too),
-    the batched probe on a GPU in turn."""
+    the batched probe on a GPU in turn. ``xs``: each model's probe input (:func:`~unlearnkit.audit.probing.finite`
+    of its features), by ``id``."""
     y, splits, train, test = rows.y, rows.splits, rows.train, rows.test
     yt = torch.from_numpy(y)
     gpu = on_gpu(device) and solver_for(config, device) == "batched"
