@@ -1,15 +1,49 @@
-"""unlearnkit: make an image classifier forget, then certify whether it really forgot."""
-from . import audit  # noqa: E402  (the package; called, it audits: unlearnkit.audit.user.audit_models)
-from ._version import __version__  # noqa: E402
-from .api import unlearn  # noqa: E402
-from .audit import AuditResult  # noqa: E402
-from .checkpoints import load_checkpoint, save_checkpoint  # noqa: E402
-from .data.datasets import DATASETS, load_dataset  # noqa: E402
-from .data.splits import ForgetSpec, UnlearningSplit, make_split  # noqa: E402
-from .models.features import capture, extract  # noqa: E402
-from .models.zoo import MODELS, audit_layers, create_model  # noqa: E402
-from .runtime import tune_cpu_allocator  # noqa: E402
+"""unlearnkit: make an image classifier forget, then certify whether it really forgot.
+
+The public names below load on first use (a module-level ``__getattr__``), so ``import unlearnkit``
+and the command line's ``--help`` / ``--version`` do not import torch or scipy.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from ._version import __version__
+
+if TYPE_CHECKING:  # what IDEs and type checkers see; at run time each name loads on first use
+    from . import audit  # noqa: F401  (the package; called, it audits: unlearnkit.audit.user.audit_models)
+    from .api import unlearn  # noqa: F401
+    from .audit import AuditResult  # noqa: F401
+    from .checkpoints import load_checkpoint, save_checkpoint  # noqa: F401
+    from .data.datasets import DATASETS, load_dataset  # noqa: F401
+    from .data.splits import ForgetSpec, UnlearningSplit, make_split  # noqa: F401
+    from .models.features import capture, extract  # noqa: F401
+    from .models.zoo import MODELS, audit_layers, create_model  # noqa: F401
+    from .runtime import tune_cpu_allocator  # noqa: F401
+
+#: public name -> the module that defines it (a name equal to the module's own is the module itself)
+_LAZY = {"audit": ".audit", "unlearn": ".api", "AuditResult": ".audit",
+         "load_checkpoint": ".checkpoints", "save_checkpoint": ".checkpoints",
+         "DATASETS": ".data.datasets", "load_dataset": ".data.datasets",
+         "ForgetSpec": ".data.splits", "UnlearningSplit": ".data.splits", "make_split": ".data.splits",
+         "capture": ".models.features", "extract": ".models.features",
+         "MODELS": ".models.zoo", "audit_layers": ".models.zoo", "create_model": ".models.zoo",
+         "tune_cpu_allocator": ".runtime"}
 
 __all__ = ["__version__", "load_checkpoint", "save_checkpoint", "DATASETS", "load_dataset", "ForgetSpec",
            "UnlearningSplit", "make_split", "capture", "extract", "MODELS", "audit_layers", "create_model",
            "unlearn", "audit", "AuditResult", "tune_cpu_allocator"]
+
+
+def __getattr__(name: str):
+    """Import the module behind a public name on first access; returns the name's value (cached here)."""
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(_LAZY[name], __name__)
+    value = module if _LAZY[name] == f".{name}" else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
