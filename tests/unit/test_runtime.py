@@ -127,5 +127,6 @@ def test_allocator_tuning_can_be_turned_off_and_the_cli_asks_for_it(monkeypatch)
     calls = []
     monkeypatch.setattr(runtime, "tune_cpu_allocator", lambda: calls.append(1))
     monkeypatch.setattr(cli_app, "app", lambda: None)
+    monkeypatch.setattr(sys, "argv", ["unlearnkit", "list"])  # a command (--help alone does not tune)
     cli_app.main()
     assert calls == [1]

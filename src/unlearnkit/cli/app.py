@@ -18,6 +18,7 @@ import typer
 import typer.core
 from typer.core import TyperGroup
 
+from .._version import __version__
 from ..errors import NonFiniteLossError, UserError
 
 
@@ -36,9 +37,30 @@ class OneLineErrors(TyperGroup):
     def invoke(self, ctx):
         return _one_line(super().invoke, ctx)
 
+    def resolve_command(self, ctx, args):
+        name, cmd, rest = super().resolve_command(ctx, args)
+        if cmd is not None and not ctx.resilient_parsing:
+            refuse_repeated(cmd, name, rest, ctx)
+        return name, cmd, rest
+
+
+def refuse_repeated(cmd, name: str, args: list[str], parent) -> None:
+    """An option that takes one value, given twice (``--seed 0 --seed 1``), is a usage error: click would
+    keep the last one silently. Options meant to repeat (``multiple``: ``--retrained``, ``--db``...) may."""
+    sub = cmd.context_class(cmd, info_name=name, parent=parent)
+    _, _, order = cmd.make_parser(sub).parse_args(args=list(args))  # what the command's own parse will see
+    seen = set()
+    for param in order:
+        if param.param_type_name != "option" or param.multiple or getattr(param, "count", False):
+            continue
+        if param.name in seen:
+            shown = "/".join([*param.opts, *getattr(param, "secondary_opts", [])])
+            raise _USAGE_ERRORS[0](f"{shown} is given more than once; give it once", ctx=sub)
+        seen.add(param.name)
+
 
 # recent typer vendors its own copy of click (typer._click); older ones use click itself
-_CLICK = tuple({click, getattr(typer.core, "_click", click)})
+_CLICK = tuple({getattr(typer.core, "_click", click): None, click: None})  # typer's own first
 _CLICK_ERRORS = tuple(m.exceptions.ClickException for m in _CLICK)
 _USAGE_ERRORS = tuple(m.exceptions.UsageError for m in _CLICK)
 
@@ -56,6 +78,18 @@ def _one_line(call, *args, **kwargs):
 
 app = typer.Typer(cls=OneLineErrors, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Make an image classifier forget, then certify whether it really forgot.")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"unlearnkit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                       help="Print the version and exit.")) -> None:
+    """The options before any command (``--version``)."""
 
 
 def _check_finite(fn, args, kwargs) -> None:
@@ -85,10 +119,16 @@ def handles_errors(fn):
     return wrapper
 
 
-def main() -> None:
-    from ..runtime import tune_cpu_allocator
+def _only_help(args: list[str]) -> bool:
+    """True when the command line only asks for help or the version (nothing will compute)."""
+    return not args or "--help" in args or "--version" in args
 
-    tune_cpu_allocator()  # before any tensor: evaluation batches reuse freed memory (no page faults)
+
+def main() -> None:
+    if not _only_help(sys.argv[1:]):  # --help / --version stay fast: the runtime module imports torch
+        from ..runtime import tune_cpu_allocator
+
+        tune_cpu_allocator()  # before any tensor: evaluation batches reuse freed memory (no page faults)
     try:
         app()
     except KeyboardInterrupt:
