@@ -2,27 +2,38 @@
 
 The public names below load on first use (a module-level ``__getattr__``), so ``import unlearnkit``
 and the command line's ``--help`` / ``--version`` do not import torch or scipy.
+
+``unlearnkit.audit`` is the function :func:`unlearnkit.audit.user.audit`; the subpackage of the same
+name keeps its import paths (``from unlearnkit.audit import AuditConfig``, ``import
+unlearnkit.audit.core``) and its names stay reachable through the function (``uk.audit.AuditConfig``).
 """
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING
 
 from ._version import __version__
 
 if TYPE_CHECKING:  # what IDEs and type checkers see; at run time each name loads on first use
-    from . import audit  # noqa: F401  (the package; called, it audits: unlearnkit.audit.user.audit_models)
     from .api import unlearn  # noqa: F401
-    from .audit import AuditResult  # noqa: F401
+    from .audit.config import AuditConfig  # noqa: F401
+    from .audit.report import AuditReport  # noqa: F401
+    from .audit.user import Auditor, AuditResult, audit  # noqa: F401
     from .checkpoints import load_checkpoint, save_checkpoint  # noqa: F401
     from .data.datasets import DATASETS, load_dataset  # noqa: F401
     from .data.splits import ForgetSpec, UnlearningSplit, make_split  # noqa: F401
+    from .errors import UserError  # noqa: F401
+    from .methods.base import UnlearnResult  # noqa: F401
     from .models.features import capture, extract  # noqa: F401
     from .models.zoo import MODELS, audit_layers, create_model  # noqa: F401
     from .runtime import tune_cpu_allocator  # noqa: F401
 
 #: public name -> the module that defines it (a name equal to the module's own is the module itself)
-_LAZY = {"audit": ".audit", "unlearn": ".api", "AuditResult": ".audit",
+_LAZY = {"unlearn": ".api", "UnlearnResult": ".methods.base", "Auditor": ".audit.user",
+         "AuditResult": ".audit.user", "AuditReport": ".audit.report", "AuditConfig": ".audit.config",
+         "UserError": ".errors",
          "load_checkpoint": ".checkpoints", "save_checkpoint": ".checkpoints",
          "DATASETS": ".data.datasets", "load_dataset": ".data.datasets",
          "ForgetSpec": ".data.splits", "UnlearningSplit": ".data.splits", "make_split": ".data.splits",
@@ -32,7 +43,8 @@ _LAZY = {"audit": ".audit", "unlearn": ".api", "AuditResult": ".audit",
 
 __all__ = ["__version__", "load_checkpoint", "save_checkpoint", "DATASETS", "load_dataset", "ForgetSpec",
            "UnlearningSplit", "make_split", "capture", "extract", "MODELS", "audit_layers", "create_model",
-           "unlearn", "audit", "AuditResult", "tune_cpu_allocator"]
+           "unlearn", "UnlearnResult", "audit", "Auditor", "AuditResult", "AuditReport", "AuditConfig", "UserError",
+           "tune_cpu_allocator"]
 
 
 def __getattr__(name: str):
@@ -47,3 +59,23 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
+
+
+class _Package(types.ModuleType):
+    """This package's module type, for one name: ``audit``. Python binds a subpackage to its parent's
+    attribute when it is first imported (``import unlearnkit.audit.config`` sets ``unlearnkit.audit`` to
+    the subpackage), whatever the parent's ``__init__`` bound there; this property takes precedence over
+    that binding, so ``unlearnkit.audit`` is the function whichever was imported first (the subpackage
+    stays ``sys.modules["unlearnkit.audit"]``)."""
+
+    @property
+    def audit(self):
+        """:func:`unlearnkit.audit.user.audit` (imported on first use)."""
+        return importlib.import_module(".audit.user", __name__).audit
+
+    @audit.setter
+    def audit(self, value) -> None:
+        """The import system's binding of the subpackage: not kept (see the class)."""
+
+
+sys.modules[__name__].__class__ = _Package

@@ -3,17 +3,19 @@
 .. code-block:: python
 
     import unlearnkit as uk
-    unlearned = uk.unlearn(model, method="scrub", forget=forget_ds, retain=retain_ds, epochs=3)
-    report = uk.audit(original, unlearned, retrained, forget=forget_ds, retain=retain_ds, test=test_ds)
+    result = uk.unlearn(model, method="scrub", forget=forget_ds, retain=retain_ds, epochs=3)
+    result.model, result.runtime_s, result.stop_reason, result.history
+    report = uk.audit(original, result.model, retrained, forget=forget_ds, retain=retain_ds, test=test_ds)
     print(report.verdict)
     report.save("audit/")          # audit.json, audit.md, audit.html
 
-``forget`` / ``retain`` / ``test`` / ``val`` are each a ``torch.utils.data.Dataset``, a ``DataLoader``
-or an ``(x, y)`` pair of tensors, with inputs exactly as the model takes them (already transformed
-and normalised; :mod:`unlearnkit.data.user`). Any ``nn.Module`` that returns ``[batch, classes]``
-logits works: its audit layers are found from one probe batch (:mod:`unlearnkit.models.discover`)
-or named with ``layers=[...]`` by module path. ``uk.audit`` is
-:func:`unlearnkit.audit.user.audit_models`; this module holds ``uk.unlearn``.
+``forget`` / ``retain`` / ``test`` / ``val`` are each a ``torch.utils.data.Dataset`` (items ``(input,
+label)`` or dicts, as a Hugging Face dataset's), a ``DataLoader`` or an ``(x, y)`` pair of tensors,
+with inputs exactly as the model takes them (already transformed and normalised;
+:mod:`unlearnkit.data.user`). Any ``nn.Module`` that returns ``[batch, classes]`` logits works, or an
+object with ``.logits``: its audit layers are found from one probe batch
+(:mod:`unlearnkit.models.discover`) or named with ``layers=[...]`` by module path. ``uk.audit`` and
+``uk.Auditor`` live in :mod:`unlearnkit.audit.user`; this module holds ``uk.unlearn``.
 
 A thin layer over the code the CLI runs: ``unlearnkit unlearn`` calls :func:`unlearn_split` with the
 split it builds from a dataset name (and ``unlearnkit audit`` calls
@@ -23,15 +25,17 @@ from __future__ import annotations
 
 from torch import nn
 
-from .audit.user import check_model, device_for, num_classes_of, read_parts
+from . import validate
+from .audit.user import check_model, device_for, probe, read_parts
 from .data.splits import UnlearningSplit
 from .data.user import user_split
 from .errors import UserError
 from .methods import METHODS, UnlearningMethod
+from .methods.base import UnlearnResult
 from .methods.names import method_names
-from .models.discover import has_taps, prepare_taps
+from .models.discover import has_taps, prepare_taps, users_class
 
-__all__ = ["unlearn", "unlearn_split"]
+__all__ = ["unlearn", "unlearn_split", "UnlearnResult"]
 
 
 def _method(method: str | UnlearningMethod, split: UnlearningSplit, preset: str | None,
@@ -45,11 +49,13 @@ def _method(method: str | UnlearningMethod, split: UnlearningSplit, preset: str 
         raise UserError(f"method must be a method name (unlearnkit list methods), not {method!r}")
     (name,) = method_names([method], setting="vfl")
     cls = METHODS.get(name)
+    if preset is not None:
+        validate.choice("preset", preset, ("reference", *(p for p in cls.PRESETS if "@" not in p and p != "reference")))
     return cls.from_preset(preset, None, **cls.task_defaults(split, dict(hyperparameters)))
 
 
 def unlearn_split(model: nn.Module, method: UnlearningMethod, split: UnlearningSplit, *, device,
-                  seed: int = 0, progress: bool = False):
+                  seed: int = 0, progress: bool = False) -> UnlearnResult:
     """Run ``method`` on a copy of ``model`` for ``split``; the :class:`~unlearnkit.methods.UnlearnResult`.
     A model without audit layers gets them first (:func:`~unlearnkit.models.discover.prepare_taps`),
     for the methods that read layers (PURGE)."""
@@ -66,20 +72,37 @@ def unlearn_split(model: nn.Module, method: UnlearningMethod, split: UnlearningS
 
 
 def unlearn(model: nn.Module, method: str | UnlearningMethod, *, forget, retain=None, val=None, test=None,
-            preset: str | None = None, seed: int = 0, device: str | None = None, progress: bool = False,
-            **hyperparameters) -> nn.Module:
-    """An unlearned copy of ``model`` (``model`` itself is not changed).
+            preset: str | None = None, seed: int = 0, device: str | None = None, progress: bool = True,
+            input_key: str | None = None, label_key: str | None = None, **hyperparameters) -> UnlearnResult:
+    """Unlearn ``forget`` from a copy of ``model`` (``model`` itself is not changed).
+
+    Returns an :class:`~unlearnkit.UnlearnResult`: ``.model`` (the unlearned copy, of the model's own
+    class), ``.runtime_s`` (the method's wall time), ``.stop_reason`` (``"completed"``, or why it
+    stopped early) and ``.history`` (the method's per-epoch records). ``uk.audit`` takes the result
+    itself as a model too.
 
     ``method``: a name (``unlearnkit list methods``; aliases and plug-ins such as ``ec+duck`` too) or a
-    method object. ``forget`` / ``retain`` / ``val`` / ``test``: Datasets, DataLoaders or ``(x, y)``
-    tensors (only what the method needs is required). ``preset``: ``None`` = the reference's defaults
-    (the method's dataclass defaults), or ``"small"``; ``hyperparameters`` override them and are checked
-    before anything runs. ``retrain`` is a method too: it re-initialises a copy and trains it on
-    ``retain`` (a reference for :func:`audit`). ``device``: ``None`` = where ``model`` is."""
-    check_model(model, "model")
+    method object. ``forget`` (required) / ``retain`` / ``val`` / ``test``: Datasets (of pairs or of
+    dicts, read with ``input_key`` / ``label_key`` as :func:`unlearnkit.audit` reads them), DataLoaders or
+    ``(x, y)`` tensors (only what the method needs is required). ``preset``: ``None`` or ``"reference"`` =
+    the reference's defaults (the method's dataclass defaults), or ``"small"``; ``hyperparameters``
+    override them and are checked before anything runs. ``retrain`` is a method too: it re-initialises a
+    copy and trains it on ``retain`` (a reference for :func:`audit`). ``seed``: 0..2**32-1. ``device``:
+    ``None`` = where ``model`` is. ``progress``: the method's progress bars on stderr (off with ``False``
+    or ``UNLEARNKIT_PROGRESS=0``).
+
+    Every argument is checked before any work (a :class:`~unlearnkit.UserError` naming it): the model
+    must be float32 (float64 and half models are refused, not converted: ``model.float()``) with
+    trainable parameters; forget rows may not also appear in ``retain``."""
+    model = check_model(model, "model", trainable=True)
+    seed = validate.whole("seed", seed, low=0, high=validate.MAX_SEED)
     dev = device_for(device, model)
-    parts = read_parts(forget=forget, retain=retain, test=test, val=val)
-    num_classes = num_classes_of(model, parts["forget"].x[:4], next(model.parameters()).device)
+    if forget is None:
+        raise UserError("forget is required: the rows to unlearn (a Dataset, a DataLoader or (x, y) tensors)")
+    parts = read_parts(forget=forget, retain=retain, test=test, val=val, input_key=input_key, label_key=label_key)
+    model, num_classes = probe(model, parts["forget"].x[:4], "model")
     split = user_split(**parts, num_classes=num_classes)
     chosen = _method(method, split, preset, hyperparameters)
-    return unlearn_split(model, chosen, split, device=dev, seed=seed, progress=progress).model
+    result = unlearn_split(model, chosen, split, device=dev, seed=seed, progress=bool(progress))
+    result.model = users_class(result.model)
+    return result

@@ -3,8 +3,11 @@ the runnable example, and the CLI on plain state dicts."""
 from __future__ import annotations
 
 import copy
+import inspect
 import runpy
+import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -135,9 +138,11 @@ def test_unlearn_takes_the_users_model_and_leaves_it_alone():
     model = Hand()
     before = copy.deepcopy(model.state_dict())
     f = y == 2
-    out = uk.unlearn(model, "gradient_ascent", forget=TensorDataset(x[f], y[f]), lr=0.05, epochs=2)
+    result = uk.unlearn(model, "gradient_ascent", forget=TensorDataset(x[f], y[f]), lr=0.05, epochs=2)
+    assert isinstance(result, uk.UnlearnResult) and type(result.model) is Hand
+    assert result.stop_reason == "completed" and len(result.history) == 2 and result.runtime_s > 0
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
-    assert any(not torch.equal(v, out.state_dict()[k]) for k, v in before.items())
+    assert any(not torch.equal(v, result.model.state_dict()[k]) for k, v in before.items())
     with pytest.raises(UserError, match="finetune needs retain data"):
         uk.unlearn(model, "finetune", forget=(x[f], y[f]))
     with pytest.raises(UserError, match="unknown hyperparameter"):
@@ -191,10 +196,25 @@ class Wrapped4(Wrapped):
         self.net[-1] = nn.Linear(4 * 4 * 4, 4)
 
 
-def test_the_package_stays_a_package_while_callable():
+def test_uk_audit_is_a_function_and_the_subpackage_keeps_its_paths():
     import unlearnkit.audit as pkg
+    import unlearnkit.audit.core as core
+    from unlearnkit.audit import audit as split_audit
 
-    assert pkg is uk.audit and callable(uk.audit) and uk.audit.AuditConfig is AuditConfig
+    assert inspect.isfunction(uk.audit) and uk.audit.__name__ == "audit" and pkg is uk.audit
+    assert {"forget", "retain", "test", "progress"} <= set(inspect.signature(uk.audit).parameters)
+    assert split_audit is core.audit and uk.audit.AuditConfig is AuditConfig is uk.AuditConfig
+    assert Path(pkg.__file__).name == "__init__.py" and uk.audit.user.audit is uk.audit
+    assert isinstance(sys.modules["unlearnkit.audit"], types.ModuleType)
+
+
+def test_uk_audit_stays_the_function_whichever_is_imported_first():
+    """Python binds a subpackage to its parent's attribute when it is first imported: not this one."""
+    code = ("import inspect, pydoc, unlearnkit.audit.config\nimport unlearnkit as uk\n"
+            "assert inspect.isfunction(uk.audit)\ntext = pydoc.render_doc(uk.audit)\n"
+            "assert all(p in text for p in ('forget', 'retain', 'test')), text")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
 
 
 def test_bring_your_own_model_example_runs(tmp_path, monkeypatch, capsys):

@@ -4,40 +4,25 @@
 and with one or more models retrained without the forget set, layer by layer, and returns an
 :class:`AuditReport` with a verdict (``erased``, ``suppressed``, ``collapsed``,
 ``not_forgotten``, ``inconclusive``), the evidence in plain words, and every number behind it.
-``write_audit(report, out_dir)`` writes audit.json / audit.md / audit.html. Called itself,
-``unlearnkit.audit(original, unlearned, retrained, forget=..., retain=..., test=...)`` audits the
-user's own models on the user's own data (:mod:`unlearnkit.audit.user`). The thresholds live
-in :class:`AuditConfig`, whose docstring lists the measurements they were calibrated on.
+``write_audit(report, out_dir)`` writes audit.json / audit.md / audit.html. The user's own models
+on the user's own data go through :mod:`unlearnkit.audit.user`: the top-level ``unlearnkit.audit``
+is its function :func:`~unlearnkit.audit.user.audit` (``uk.audit(original, unlearned, retrained,
+forget=..., retain=..., test=...)``) and :class:`Auditor` audits several unlearned models against
+one set of references. The thresholds live in :class:`AuditConfig`, whose docstring lists the
+measurements they were calibrated on.
 
 The audit imports ``metrics`` and ``models`` (and the shared evaluation pass), never
 ``methods``: it does not know how a model was made.
 """
-import sys
-import types
-
 from .config import AuditConfig
 from .core import audit
 from .layers import Interval, LayerResult
 from .render import audit_html, audit_markdown, write_audit
 from .report import AuditReport
 from .resurface import ResurfaceResult, recalibrate_batchnorm, relearn_copy
-from .user import AuditResult, audit_models, audit_split
+from .user import Auditor, AuditResult, audit_models, audit_split
 from .verdict import VERDICTS
 
-__all__ = ["AuditConfig", "AuditReport", "AuditResult", "Interval", "LayerResult", "ResurfaceResult", "VERDICTS",
-           "audit", "audit_html", "audit_markdown", "audit_models", "audit_split", "recalibrate_batchnorm",
+__all__ = ["AuditConfig", "AuditReport", "AuditResult", "Auditor", "Interval", "LayerResult", "ResurfaceResult",
+           "VERDICTS", "audit", "audit_html", "audit_markdown", "audit_models", "audit_split", "recalibrate_batchnorm",
            "relearn_copy", "write_audit"]
-
-
-class _CallablePackage(types.ModuleType):
-    """This package, callable: ``unlearnkit.audit(original, unlearned, retrained, forget=..., retain=...)``
-    is :func:`~unlearnkit.audit.user.audit_models`. Why: the top-level API promises ``uk.audit(...)``
-    and the package already has that name; making the module callable keeps both
-    ``unlearnkit.audit.AuditConfig`` and ``import unlearnkit.audit as A`` working, where binding a
-    function to the name would shadow the package."""
-
-    def __call__(self, *args, **kwargs) -> AuditResult:
-        return audit_models(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallablePackage

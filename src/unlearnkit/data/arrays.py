@@ -127,9 +127,10 @@ class ArrayData(torch.utils.data.Dataset):
             yield self.normalize_float(xb), _gather(self.y, idx, device)
 
     def normalize_float(self, xb: Tensor) -> Tensor:
-        """Float pixels in [0, 1] -> (x - mean) / std."""
-        mean = torch.tensor(self.mean, device=xb.device, dtype=xb.dtype).view(1, -1, 1, 1)
-        std = torch.tensor(self.std, device=xb.device, dtype=xb.dtype).view(1, -1, 1, 1)
+        """Float pixels in [0, 1] -> (x - mean) / std, per channel (dim 1) of images or flat rows."""
+        shape = (1, -1, *([1] * (xb.dim() - 2)))
+        mean = torch.tensor(self.mean, device=xb.device, dtype=xb.dtype).view(shape)
+        std = torch.tensor(self.std, device=xb.device, dtype=xb.dtype).view(shape)
         return (xb - mean).div_(std)
 
 

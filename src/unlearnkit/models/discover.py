@@ -22,10 +22,19 @@ cannot. One path for every model means one behaviour to test.
 
 ``layers=[...]`` names layers explicitly by module path (``"layer3"``, ``"features.4"``; the module's
 output), or ``penultimate``; a name the model does not have is one :class:`UserError` line listing
-what it has. Nothing here changes a weight; the taps are attributes next to the parameters.
+what it has. A model without an ``nn.Linear`` classifier (a conv head, a bilinear one) has no
+``penultimate`` and no stages found for it: its layers are audited when named by module path.
+Nothing here changes a weight; the taps are attributes next to the parameters.
+
+A model whose forward returns an object with ``.logits`` (a Hugging Face ``ModelOutput``), a dict with
+``"logits"`` or a tuple whose first element is the logits is read through :func:`returning_logits`: the
+same model (same parameters, module paths and state dict) whose forward returns the logits tensor,
+which every part of the toolkit expects; :func:`users_class` gives the model its own class back.
 """
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
 from typing import Sequence
 
 import torch
@@ -35,6 +44,57 @@ from ..errors import UserError
 from .zoo import Tap
 
 PENULTIMATE = "penultimate"
+
+
+def logits_of(out: object) -> Tensor | None:
+    """The logits in a model's output: the tensor itself, ``out.logits``, ``out["logits"]`` or ``out[0]``;
+    None when none of them is a tensor."""
+    if isinstance(out, Tensor):
+        return out
+    if isinstance(out, Mapping) and isinstance(out.get("logits"), Tensor):
+        return out["logits"]
+    if isinstance(getattr(out, "logits", None), Tensor):
+        return out.logits
+    if isinstance(out, (tuple, list)) and out and isinstance(out[0], Tensor):
+        return out[0]
+    return None
+
+
+class ReturnsLogits:
+    """Put before a model's class by :func:`returning_logits`: its forward returns :func:`logits_of` the
+    class's own forward."""
+
+    def forward(self, *args, **kwargs):
+        return logits_of(super().forward(*args, **kwargs))
+
+
+_ADAPTED: dict[type, type] = {}
+
+
+def returning_logits(model: nn.Module, out: object) -> nn.Module:
+    """``model`` itself when its output ``out`` (of one probe batch) is a tensor; else a model of a subclass
+    of its class (:class:`ReturnsLogits` first) sharing its parameters, buffers and submodules, whose
+    forward returns the logits. The user's model is not changed (taps and hooks set on the result stay
+    there)."""
+    if isinstance(out, Tensor) or isinstance(model, ReturnsLogits):
+        return model
+    cls = type(model)
+    if cls not in _ADAPTED:
+        _ADAPTED[cls] = type(cls.__name__, (ReturnsLogits, cls), {"__module__": cls.__module__,
+                                                                  "__qualname__": cls.__qualname__})
+    adapted = copy.copy(model)
+    adapted.__class__ = _ADAPTED[cls]
+    for key, value in vars(model).items():  # its registries (submodules, hooks): the same entries, new dicts
+        if key.startswith("_") and isinstance(value, dict):
+            vars(adapted)[key] = copy.copy(value)
+    return adapted
+
+
+def users_class(model: nn.Module) -> nn.Module:
+    """``model`` with the user's class back (in place) when :func:`returning_logits` adapted it; returns it."""
+    if isinstance(model, ReturnsLogits):
+        model.__class__ = type(model).__bases__[1]
+    return model
 
 
 def has_taps(model: nn.Module) -> bool:
@@ -61,6 +121,10 @@ def _module_calls(model: nn.Module, example: Tensor) -> tuple[list[tuple[str, ob
     return list(calls.items()), logits
 
 
+class NoClassifier(UserError):
+    """No ``nn.Linear`` produces the model's output: no ``penultimate``, layers must be named."""
+
+
 def _classifier(model: nn.Module, calls: list[tuple[str, object]], logits: Tensor) -> str:
     linears = [(name, out) for name, out in calls if isinstance(model.get_submodule(name), nn.Linear)]
     for name, out in reversed(linears):
@@ -69,8 +133,8 @@ def _classifier(model: nn.Module, calls: list[tuple[str, object]], logits: Tenso
     for name, out in reversed(linears):
         if isinstance(out, Tensor) and out.shape == logits.shape:
             return name
-    raise UserError("cannot find the classifier: no nn.Linear produces the model's output; name the audit "
-                    "layers by module path (layers=[...] / --layers)")
+    raise NoClassifier("cannot find the classifier: no nn.Linear produces the model's output; name the audit "
+                       "layers by module path (layers=[...] / --layers)")
 
 
 def _per_sample(out: object, n: int) -> bool:
@@ -121,14 +185,23 @@ def _channels(module: nn.Module) -> int | None:
 
 def prepare_taps(model: nn.Module, example: Tensor, layers: Sequence[str] | None = None) -> list[str]:
     """Give ``model`` audit layers when it has none (:func:`discover_taps`) and add every module path
-    named in ``layers``; returns the layers to audit (``layers``, else all of the model's)."""
+    named in ``layers``; returns the layers to audit (``layers``, else all of the model's). A model without
+    an ``nn.Linear`` classifier has only the layers named (:class:`NoClassifier` when none is)."""
     if not has_taps(model):
-        model.unlearnkit_taps, model.unlearnkit_head = discover_taps(model, example)
+        try:
+            model.unlearnkit_taps, model.unlearnkit_head = discover_taps(model, example)
+        except NoClassifier:
+            if not layers:
+                raise
+            model.unlearnkit_taps, model.unlearnkit_head = {}, None
     taps = dict(model.unlearnkit_taps)
     modules = dict(model.named_modules())
     for name in layers or ():
         if name in taps:
             continue
+        if name == PENULTIMATE:
+            raise UserError(f"layer {PENULTIMATE!r} is the input of an nn.Linear classifier, which this model "
+                            f"does not have: name module paths only (layers=[...] / --layers)")
         if not name or name not in modules:
             shown = ", ".join(list(taps)[:12])
             raise UserError(f"layer {name!r} is neither an audit layer ({shown}) nor a module path of the "
