@@ -2,23 +2,62 @@
 
 Names a user chose (a task named ``random $10%$``, a layer, a method variant) reach titles, tick
 labels and legends; matplotlib would read ``$...$`` in them as mathtext (and fail on an unbalanced
-``$``). :func:`literal_text` draws every text of the figures a function makes with
-``text.parse_math`` off.
+``$``). Those texts are made with :data:`LITERAL` (``parse_math=False``) or passed through
+:func:`literal_legend`; every other text keeps mathtext, which matplotlib's own tick labels need
+(a log axis labels its ticks ``$\\mathdefault{10^{0}}$``).
 """
 from __future__ import annotations
 
 import functools
 
+#: keyword arguments for a Text made from a user's string: drawn as written, never as mathtext
+LITERAL = {"parse_math": False, "usetex": False}
+
+
+def literal_legend(legend):
+    """The entries of ``legend`` (method, dataset or layer names) drawn literally; returns ``legend``
+    (None stays None)."""
+    if legend is not None:
+        for text in legend.get_texts():
+            text.set_parse_math(False)
+            text.set_usetex(False)
+    return legend
+
 
 def literal_text(fn):
-    """Run ``fn`` (which makes and saves figures) with the Agg backend and mathtext parsing off."""
+    """Run ``fn`` (which makes and saves figures) with the Agg backend and TeX off; mathtext stays on for
+    matplotlib's own texts (tick labels), the function passes :data:`LITERAL` for user strings."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         import matplotlib
 
         matplotlib.use("Agg", force=False)
-        with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
+        with matplotlib.rc_context({"text.usetex": False}):
             return fn(*args, **kwargs)
 
     return wrapper
+
+
+def tolerance_band(ax, margins: list[float], label: str = "within tolerance of retrain") -> None:
+    """Shade, across each layer's tick ``i``, the separability ratios within that layer's tolerance of
+    retrain (``1/m`` to ``m``, ``m = margins[i]``, ``LayerResult.separability_margin``) on a ratio axis, with
+    its upper edge (the tolerance) dashed red; a layer without a finite margin > 0 gets no band."""
+    import math
+
+    ms = [m if m is not None and math.isfinite(m) and m > 0 else math.nan for m in margins]
+    if not ms:
+        return
+    xs = [i - 0.5 for i in range(len(ms))] + [len(ms) - 0.5]
+    hi = ms + [ms[-1]]
+    ax.fill_between(xs, [1 / m for m in hi], hi, step="post", color="tab:green", alpha=0.12, lw=0, label=label)
+    ax.step(xs, hi, where="post", color="red", ls="--", lw=1, label="tolerance (upper edge)")
+
+
+def plain_log_ticks(axis) -> None:
+    """Label a log ``axis`` (``ax.xaxis``) with plain numbers (``140``, ``200``) instead of matplotlib's
+    ``1.4×10²``, which overlap on an axis spanning less than a decade; minor labels thin out as usual."""
+    from matplotlib.ticker import LogFormatter
+
+    axis.set_major_formatter(LogFormatter(labelOnlyBase=False))
+    axis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))

@@ -388,7 +388,7 @@ def test_names_with_mathtext_are_plotted_literally(tmp_path):
     path.write_text(json.dumps(res))
     result = runner.invoke(app, ["report", "--results", str(path), "--out", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
-    assert "3 figures" in result.output, result.output
+    assert "4 figures" in result.output, result.output
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
@@ -425,3 +425,154 @@ def test_a_folder_where_a_file_belongs_is_refused(command, opt, files, guard, tm
     args = [folder.as_posix() if i > 0 and args[i - 1] == opt else a for i, a in enumerate(args)]
     result = runner.invoke(app, args)
     assert_refused(result, out, opt, str(folder))
+
+
+# --- files that load safely but are wrong inside (issue 30) -------------------------------------
+
+#: (command, option) pairs that read a checkpoint
+CHECKPOINT_OPTIONS = [("unlearn", "--checkpoint"), ("audit", "--original"), ("audit", "--unlearned"),
+                      ("audit", "--retrained")]
+
+
+@pytest.fixture(scope="module")
+def bad_checkpoints(tmp_path_factory, digits_original):
+    """name -> (path of a checkpoint of the wrong structure, words of its error), and ``nan``: a valid
+    checkpoint whose weights hold a NaN."""
+    import copy
+
+    import torch
+    from bad_files import checkpoint_variants
+
+    from unlearnkit.checkpoints import save_checkpoint
+
+    d = tmp_path_factory.mktemp("bad-checkpoints")
+    save_checkpoint(digits_original, d / "good.pt")
+    good = torch.load(d / "good.pt", weights_only=True)
+    out = {}
+    for name, (payload, why) in checkpoint_variants(good, digits_original.state_dict()).items():
+        torch.save(payload, d / f"{name}.pt")
+        out[name] = (d / f"{name}.pt", why)
+    broken = copy.deepcopy(digits_original)
+    with torch.no_grad():
+        broken.fc.weight[0, 0] = float("nan")
+    save_checkpoint(broken, d / "nan.pt")
+    out["nan"] = (d / "nan.pt", "non-finite weights")
+    return out
+
+
+def _with(args: list[str], opt: str, value: str) -> list[str]:
+    """``args`` with ``opt``'s value replaced by ``value``."""
+    i = args.index(opt)
+    return args[:i + 1] + [value] + args[i + 2:]
+
+
+def _checkpoint_cases():
+    from bad_files import checkpoint_variants
+
+    names = sorted(checkpoint_variants({"model": {"kwargs": {}}}, {"fc.bias": __import__("torch").zeros(1)}))
+    return [pytest.param(c, o, n, id=f"{c}:{o}={n}") for c, o in CHECKPOINT_OPTIONS for n in names + ["nan"]]
+
+
+@pytest.mark.parametrize("command,opt,name", _checkpoint_cases())
+def test_checkpoints_are_checked_by_structure(command, opt, name, bad_checkpoints, files, guard, tmp_path):
+    """No KeyError / AttributeError / TypeError: one line naming the option's file and what is wrong (a
+    NaN-weight model also names its option), before any feature is extracted or method run."""
+    path, why = bad_checkpoints[name]
+    out = tmp_path / "out"
+    result = runner.invoke(app, _with(baseline(command, files, out), opt, str(path)))
+    line = assert_refused(result, out, str(path))
+    assert why in line, line
+    if name == "nan":
+        assert opt in line, line
+
+
+DEVICE_COMMANDS = sorted(c for c, cmd in COMMANDS.items() if any(p.name == "device" for p in cmd.params))
+
+
+def _absent_devices() -> list[str]:
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    out = ["meta", f"cuda:{count}"]
+    return out + ([] if torch.backends.mps.is_available() else ["mps"])
+
+
+@pytest.mark.parametrize("command", DEVICE_COMMANDS)
+@pytest.mark.parametrize("device", _absent_devices())
+def test_devices_this_build_cannot_use_are_refused_before_any_write(command, device, files, guard, tmp_path):
+    """``--device meta`` / ``mps`` / a GPU this machine lacks: one line, and no store (tune, bench), no
+    checkpoint, no folder written first."""
+    out = tmp_path / "out"
+    result = runner.invoke(app, baseline(command, files, out) + ["--device", device])
+    assert_refused(result, out, "--device")
+
+
+INDEX_COMMANDS = ["train", "run", "audit", "unlearn"]
+
+
+def _index_cases():
+    from bad_files import index_arrays
+
+    return [pytest.param(c, n, id=f"{c}:{n}") for c in INDEX_COMMANDS for n in sorted(index_arrays(1))]
+
+
+@pytest.mark.parametrize("command,name", _index_cases())
+def test_forget_indices_files_hold_whole_numbers_or_a_mask(command, name, files, guard, tmp_path, digits):
+    from bad_files import index_arrays, write_index_file
+
+    content, why = index_arrays(len(digits.train))[name]
+    path = write_index_file(tmp_path / "idx.npy", content)
+    out = tmp_path / "out"
+    cmd = COMMANDS[command]
+    param = next(p for p in cmd.params if p.name == "forget_indices")
+    args = replace_option(baseline(command, files, out), cmd, param, "--forget-indices", str(path))
+    line = assert_refused(result := runner.invoke(app, args), out, str(path))
+    assert why in line, (line, result.output)
+
+
+def _cifar_names():
+    from bad_files import cifar_batches
+
+    return sorted(cifar_batches())
+
+
+@pytest.mark.parametrize("name", _cifar_names())
+def test_corrupt_cifar_batches_are_one_line(name, guard, tmp_path):
+    """A truncated, empty, foreign or misshapen batch under --data-dir: one line naming it (an empty file
+    printed click's ``Aborted.``), and nothing of it unpickled beyond plain arrays."""
+    from bad_files import cifar_batches, fake_cifar
+
+    content, why = cifar_batches()[name]
+    batch = fake_cifar(tmp_path / "data", content)
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["train", "--dataset", "cifar10", "--data-dir", str(tmp_path / "data"),
+                                 "--out", str(out / "m.pt")])
+    line = assert_refused(result, out, str(batch))
+    assert why in line and "pwned" not in result.output, line
+
+
+MORE_DOMAIN = [
+    ("audit", ["--layers", "penultimate,penultimate"], "penultimate"),
+    ("audit", ["--layers", ","], "--layers"),
+    ("train", ["--lr", "1e300"], "--lr"),
+    ("unlearn", ["--param", "epochs=0"], "epochs"),
+    ("unlearn", ["--param", "lr=1e300"], "lr"),
+]
+
+
+@pytest.mark.parametrize("command,extra,names", MORE_DOMAIN, ids=[f"{c}:{' '.join(e)}" for c, e, _ in MORE_DOMAIN])
+def test_more_out_of_domain_values_are_refused(command, extra, names, files, guard, tmp_path):
+    out = tmp_path / "out"
+    result = runner.invoke(app, baseline(command, files, out) + extra)
+    assert_refused(result, out, names)
+
+
+def test_an_unlearning_that_changes_nothing_writes_nothing(files, tmp_path):
+    """Hyperparameters that leave every weight as it was (a step too small to move a float32 weight, BN
+    statistics frozen) end in one line saying so, not in a bit-identical copy reported as completed."""
+    out = tmp_path / "out"
+    args = baseline("unlearn", files, out) + ["--preset", "small", "--param", "epochs=1", "--param", "lr=1e-45",
+                                              "--param", "bn_mode=frozen", "--no-progress"]
+    result = runner.invoke(app, args)
+    line = assert_refused(result, out, "bit-identical")
+    assert "finetune" in line and "nothing was written" in line

@@ -62,7 +62,7 @@ def test_report_renders_with_tables_and_figures(chromium, tiny_report, tmp_path)
     kinds = [t[0] for t in seen["tables"]]
     assert {"verdicts", "mirage", "tarf", "purge", "ec", "layers"} <= set(kinds)
     assert all(rows >= 1 and width > 100 for _, rows, width in seen["tables"]), seen["tables"]
-    assert sorted(i[0] for i in seen["images"]) == ["layerwise", "runtime", "trilemma"]
+    assert sorted(i[0] for i in seen["images"]) == ["layerwise", "runtime", "separability", "trilemma"]
     for name, complete, w, h, shown in seen["images"]:
         assert complete and w > 200 and h > 150 and shown > 200, (name, w, h, shown)
     mirage = next(t for t in seen["tables"] if t[0] == "mirage")

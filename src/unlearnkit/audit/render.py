@@ -18,7 +18,7 @@ import numpy as np
 
 from ..checkpoints import atomic_write_text
 from ..markdown import markdown_table
-from ..plotting import literal_text
+from ..plotting import LITERAL, literal_legend, literal_text, tolerance_band
 from .report import AuditReport
 from .tables import html_table, idi_rows, layer_rows, model_rows, resurface_rows
 from .vfl import transmitted_html, transmitted_markdown
@@ -167,24 +167,24 @@ def _draw_delta_auroc(ax, report: AuditReport) -> None:
     _per_layer_line(ax, [r.auroc_margin for r in report.layers[report.rests_on]],
                     label="reference line (not decided on)")
     ax.axhline(0, color="black", lw=0.8)
-    ax.set_xticks(range(len(report.layer_names)), report.layer_names)
+    ax.set_xticks(range(len(report.layer_names)), report.layer_names, **LITERAL)
     ax.set_ylabel("ΔAUROC vs retrain (points)")
     ax.set_title(f"Layer-wise ΔAUROC (LDA probe), {report.config.confidence:.0%} CI — verdict: {report.verdict}")
-    ax.legend(fontsize=7)
+    literal_legend(ax.legend(fontsize=7))
 
 
 def _draw_separability(ax, report: AuditReport) -> None:
-    """The separability ratio to retrain per layer (log scale) with its CIs, the original, and each layer's
-    tolerance."""
+    """The separability ratio to retrain per layer (log scale; the statistic the verdict reads) with its CIs,
+    the original, and each layer's tolerance band (``separability_margin``)."""
+    tolerance_band(ax, [r.separability_margin for r in report.layers[report.rests_on]])
     _intervals(ax, report, "separability_ratio",
                drawable=lambda iv: all(math.isfinite(v) and v > 0 for v in (iv.low, iv.high)))
-    _per_layer_line(ax, [r.separability_margin for r in report.layers[report.rests_on]], label="tolerance")
     ax.axhline(1, color="black", lw=0.8)
     ax.set_yscale("log")
-    ax.set_xticks(range(len(report.layer_names)), report.layer_names)
+    ax.set_xticks(range(len(report.layer_names)), report.layer_names, **LITERAL)
     ax.set_ylabel("Mahalanobis separability / retrain's")
-    ax.set_title("Separability of the forget data relative to retrain")
-    ax.legend(fontsize=7)
+    ax.set_title("Separability ratio to retrain per layer (read by the verdict)")
+    literal_legend(ax.legend(fontsize=7))
 
 
 def _draw_cka(ax, report: AuditReport) -> None:
@@ -197,11 +197,11 @@ def _draw_cka(ax, report: AuditReport) -> None:
         ax.plot(x, [r.cka_retrain for r in rs], "s" + ls, color="tab:blue", label=f"to retrain ({data})")
     ax.plot(x, [r.cka_retrain_original for r in report.layers[report.rests_on]], "--", color="grey",
             label="retrain to original")
-    ax.set_xticks(x, report.layer_names)
+    ax.set_xticks(x, report.layer_names, **LITERAL)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("linear CKA" + (" (centered)" if report.config.center else " (uncentered)"))
     ax.set_title("Representation similarity per layer")
-    ax.legend(fontsize=7)
+    literal_legend(ax.legend(fontsize=7))
 
 
 def _draw_embedding(axes, report: AuditReport) -> None:
@@ -217,10 +217,10 @@ def _draw_embedding(axes, report: AuditReport) -> None:
         z = _pca2(np.asarray(feats, dtype=np.float64))
         ax.scatter(z[~mask, 0], z[~mask, 1], s=4, alpha=0.35, c="tab:blue", label="retained")
         ax.scatter(z[mask, 0], z[mask, 1], s=6, alpha=0.8, c="tab:red", label="forget")
-        ax.set_title(f"{role} ({report.penultimate})", fontsize=9)
+        ax.set_title(f"{role} ({report.penultimate})", fontsize=9, **LITERAL)
         ax.set_xticks([])
         ax.set_yticks([])
-    axes[0].legend(fontsize=7)
+    literal_legend(axes[0].legend(fontsize=7))
 
 
 @literal_text
@@ -261,6 +261,10 @@ def audit_html(report: AuditReport) -> str:
         f"{html.escape(d['rests_on_reason'])}. CKA: {html.escape(d['cka'])}.</p>",
         "<h2>Evidence</h2><ul>" + "".join(f"<li>{html.escape(e)}</li>" for e in d["evidence"]) + "</ul>",
         f"<img alt='separability ratio per layer' src='data:image/png;base64,{figs['separability']}'>",
+        "<p>The separability ratio to retrain per layer, the statistic the verdict reads: the unlearned model with "
+        "its bootstrap interval on each audit data, the original (grey x) as positive control, and each layer's "
+        "tolerance band (1/t to t around retrain's 1). The verdict compares the intervals with the band: with its "
+        "upper edge for class forgetting, with both edges for sample-level forgetting.</p>",
         f"<img alt='layer-wise delta AUROC' src='data:image/png;base64,{figs['delta_auroc']}'>",
         f"<img alt='CKA per layer' src='data:image/png;base64,{figs['cka']}'>",
     ]

@@ -1,36 +1,69 @@
-"""The report's figures (matplotlib, Agg), as PNG bytes; one panel per (dataset, model, task).
+"""The report's figures (matplotlib, Agg), as PNG bytes; panels per (dataset, model, task).
 
 * ``trilemma``: Mirage's unlearning trilemma: retained utility (Acc_r) against ΔLPR at the
-  penultimate layer, coloured by forget accuracy (y_u); retrain sits at ΔLPR = 0;
+  penultimate layer, coloured by forget accuracy (y_u); retrain sits at ΔLPR = 0; with more than
+  :data:`NAMED_POINTS` methods the points carry numbers and a key below the panel names them;
 * ``layerwise``: ΔLPR per audited layer, one line per method (where does the residue live?);
+* ``separability``: the separability ratio to retrain per layer (the statistic the verdict reads,
+  ``separability_ratio`` and its interval from each audit) with each layer's tolerance band
+  (``separability_margin``), one marker per method and seed, the original as positive control;
 * ``runtime``: method wall time (log scale) against Gap to retrain (lower is better).
-Means over seeds; error bars are one standard deviation.
+The two per-layer figures hold at most :data:`PER_PANEL` methods a panel (a block with more gets
+several panels, its methods in report order), so 35 methods stay legible.
+Means over seeds; error bars are one standard deviation (the separability figure: each audit's interval).
+Names a user chose (methods, tasks, layers) are drawn literally (:data:`..plotting.LITERAL`).
 """
 from __future__ import annotations
 
 import io
 import math
 
-from ..plotting import literal_text
+from ..plotting import LITERAL, literal_legend, literal_text, plain_log_ticks, tolerance_band
 from ..results import RETRAIN
 from .stats import stat
 from .tables import block_name, forget_acc_yu, group, layer, metric
 
 PANEL = (5.2, 4.0)
+WIDE = (7.0, 3.8)  # a per-layer panel: the legend sits to the right of the axes
+PER_PANEL = 8      # methods a per-layer panel holds
+NAMED_POINTS = 12  # above this many methods, the trilemma's points carry numbers and a key names them
 
 
-def _figure(n: int):
+def _figure(n: int, panel=PANEL, max_cols: int = 3, extra_height: float = 0.0):
     import matplotlib
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    cols = min(3, n)
+    cols = min(max_cols, n)
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(PANEL[0] * cols, PANEL[1] * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(panel[0] * cols, (panel[1] + extra_height) * rows),
+                             squeeze=False)
     for ax in axes.flat[n:]:
         ax.set_visible(False)
     return plt, fig, list(axes.flat[:n])
+
+
+def _chunks(groups: dict, keep) -> list[tuple[tuple, list[str], str]]:
+    """``(block, methods, title)`` per panel: each block's methods that ``keep(method)`` accepts, at most
+    :data:`PER_PANEL` a panel, in report order; the title says which part of how many methods."""
+    panels = []
+    for block, methods in groups.items():
+        names = [m for m in methods if keep(m)]
+        for i in range(0, len(names), PER_PANEL):
+            part = names[i:i + PER_PANEL]
+            title = block_name(block)
+            if len(names) > PER_PANEL:
+                title += f" (methods {i + 1}-{i + len(part)} of {len(names)})"
+            panels.append((block, part, title))
+    return panels
+
+
+def _legend_right(ax) -> None:
+    """The legend outside the axes, on the right, its entries (method names) drawn literally."""
+    if ax.get_legend_handles_labels()[0]:
+        literal_legend(ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0,
+                                 frameon=False))
 
 
 def _png(plt, fig) -> bytes:
@@ -46,61 +79,132 @@ def _means(recs, get):
     return (s.mean, s.std) if s else (None, None)
 
 
+def _trilemma_points(methods: dict) -> list[tuple[str, float, float, float, float]]:
+    """``(method, Acc_r, ΔLPR, its std, y_u)`` of each method with both numbers (retrain at ΔLPR 0)."""
+    points = []
+    for m, recs in methods.items():
+        x, _ = _means(recs, metric("test_retain_acc"))
+        y, ye = _means(recs, layer("delta_lpr"))
+        c, _ = _means(recs, forget_acc_yu)
+        if m == RETRAIN and x is not None:
+            y, ye = 0.0, 0.0
+        if x is not None and y is not None:
+            points.append((m, x, y, ye, c if c is not None else 0.0))
+    return points
+
+
 @literal_text
 def trilemma(records) -> bytes | None:
     groups = {b: ms for b, ms in group(records).items()
               if any(layer("delta_lpr")(r) is not None for rs in ms.values() for r in rs)}
     if not groups:
         return None
-    plt, fig, axes = _figure(len(groups))
-    for ax, (block, methods) in zip(axes, groups.items()):
-        xs, ys, cs, names = [], [], [], []
-        for m, recs in methods.items():
-            x, _ = _means(recs, metric("test_retain_acc"))
-            y, ye = _means(recs, layer("delta_lpr"))
-            c, _ = _means(recs, forget_acc_yu)
-            if m == RETRAIN and x is not None:
-                y, ye = 0.0, 0.0
-            if x is None or y is None:
-                continue
+    points = {b: _trilemma_points(ms) for b, ms in groups.items()}
+    most = max(len(ps) for ps in points.values())
+    key_rows = math.ceil(most / 3) if most > NAMED_POINTS else 0
+    plt, fig, axes = _figure(len(groups), extra_height=0.14 * key_rows)
+    for ax, (block, ps) in zip(axes, points.items()):
+        numbered = len(ps) > NAMED_POINTS
+        for _, x, y, ye, _ in ps:
             ax.errorbar(x, y, yerr=ye, fmt="none", ecolor="0.7", lw=0.8, zorder=1)
-            xs.append(x), ys.append(y), cs.append(c if c is not None else 0.0), names.append(m)
-        sc = ax.scatter(xs, ys, c=cs, cmap="viridis_r", vmin=0, vmax=100, s=36, zorder=2,
-                        marker="o", edgecolors="k", linewidths=0.4)
-        for x, y, n in zip(xs, ys, names):
-            ax.annotate(n, (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points")
+        sc = ax.scatter([p[1] for p in ps], [p[2] for p in ps], c=[p[4] for p in ps], cmap="viridis_r", vmin=0,
+                        vmax=100, s=36, zorder=2, marker="o", edgecolors="k", linewidths=0.4)
+        for i, (m, x, y, _, _) in enumerate(ps, 1):
+            ax.annotate(str(i) if numbered else m, (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points",
+                        **LITERAL)
+        if numbered:  # the key: number -> method, three columns below the axes
+            handles = [plt.Line2D([], [], ls="none") for _ in ps]
+            literal_legend(ax.legend(handles, [f"{i} {p[0]}" for i, p in enumerate(ps, 1)], fontsize=6, ncol=3,
+                                     loc="upper center", bbox_to_anchor=(0.5, -0.16), handlelength=0,
+                                     handletextpad=0, columnspacing=1.2, frameon=False))
         ax.axhline(0, color="0.5", lw=0.6, ls="--")
-        ax.set(xlabel="retained utility Acc_r (%)", ylabel="ΔLPR penultimate (points)", title=block_name(block))
-        ax.title.set_fontsize(9)
+        ax.set(xlabel="retained utility Acc_r (%)", ylabel="ΔLPR penultimate (points)")
+        ax.set_title(block_name(block), fontsize=9, **LITERAL)
         fig.colorbar(sc, ax=ax, label="forget acc y_u (%)")
     return _png(plt, fig)
+
+
+def _audited(recs) -> list:
+    return [r for r in recs if r.audit and r.audit.get("layers")]
 
 
 @literal_text
 def layerwise(records) -> bytes | None:
     groups = {b: ms for b, ms in group(records).items()
-              if any(r.audit and r.audit.get("layers") and r.method != "retrain" for rs in ms.values() for r in rs)}
+              if any(_audited(rs) and m != RETRAIN for m, rs in ms.items())}
     if not groups:
         return None
-    plt, fig, axes = _figure(len(groups))
-    cmap = plt.get_cmap("tab20")
-    for ax, (block, methods) in zip(axes, groups.items()):
-        i = 0
-        for m, recs in methods.items():
-            audited = [r for r in recs if r.audit and r.audit.get("layers") and m != "retrain"]
+    panels = _chunks(groups, lambda m: m not in ("original", RETRAIN))
+    panels = panels or [(b, [], block_name(b)) for b in groups]
+    plt, fig, axes = _figure(len(panels), panel=WIDE, max_cols=2)
+    cmap = plt.get_cmap("tab10")
+    for ax, (block, shown, title) in zip(axes, panels):
+        methods = groups[block]
+        for i, m in enumerate(["original", *shown]):
+            audited = _audited(methods.get(m, []))
             if not audited:
                 continue
             names = list(audited[0].audit["layers"])
             means = [_means(audited, layer("delta_lpr", n))[0] for n in names]
-            style = {"color": "k", "lw": 2, "ls": "--"} if m == "original" else {"color": cmap(i % 20), "lw": 1}
+            style = {"color": "k", "lw": 2, "ls": "--"} if m == "original" else {"color": cmap((i - 1) % 10), "lw": 1}
             ax.plot(range(len(names)), [math.nan if v is None else v for v in means], marker="o", ms=3,
                     label=m, **style)
-            ax.set_xticks(range(len(names)), names, fontsize=7)
-            i += m != "original"
+            ax.set_xticks(range(len(names)), names, fontsize=7, **LITERAL)
         ax.axhline(0, color="0.5", lw=0.6)
-        ax.set(ylabel="ΔLPR (points)", title=block_name(block))
-        ax.title.set_fontsize(9)
-        ax.legend(fontsize=5, ncol=2, loc="best")
+        ax.set_ylabel("ΔLPR (points)")
+        ax.set_title(title, fontsize=9, **LITERAL)
+        _legend_right(ax)
+    return _png(plt, fig)
+
+
+def _ratio(r, name: str) -> tuple[float, float, float] | None:
+    """A record's separability ratio to retrain at layer ``name`` and its interval, as its audit reports
+    them (None when missing or not drawable on a log axis)."""
+    value, ci = layer("separability_ratio", name)(r), layer("separability_ratio_ci", name)(r)
+    low, high = ci if isinstance(ci, (list, tuple)) and len(ci) == 2 else (value, value)
+    nums = (value, low, high)
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in nums):
+        return None
+    return nums
+
+
+@literal_text
+def separability(records) -> bytes | None:
+    groups = {b: ms for b, ms in group(records).items()
+              if any(layer("separability_ratio", n)(r) is not None for m, rs in ms.items() if m != RETRAIN
+                     for r in _audited(rs) for n in r.audit["layers"])}
+    if not groups:
+        return None
+    panels = _chunks(groups, lambda m: m not in ("original", RETRAIN))
+    panels = panels or [(b, [], block_name(b)) for b in groups]
+    plt, fig, axes = _figure(len(panels), panel=WIDE, max_cols=2)
+    cmap = plt.get_cmap("tab10")
+    for ax, (block, shown, title) in zip(axes, panels):
+        methods = groups[block]
+        drawn = [m for m in ["original", *shown] if _audited(methods.get(m, []))]
+        first = _audited(methods[drawn[0]])[0] if drawn else None
+        names = list(first.audit["layers"]) if first else []
+        tolerance_band(ax, [layer("separability_margin", n)(first) for n in names])
+        for j, m in enumerate(drawn):
+            offset = (j - (len(drawn) - 1) / 2) * 0.8 / max(len(drawn), 1)
+            style = {"color": "k", "marker": "x"} if m == "original" else {"color": cmap((j - 1) % 10), "marker": "o"}
+            label = m
+            for r in _audited(methods[m]):
+                for i, n in enumerate(names):
+                    ratio = _ratio(r, n)
+                    if ratio is None:
+                        continue
+                    v, lo, hi = ratio
+                    ax.errorbar(i + offset, v, yerr=[[max(0.0, v - lo)], [max(0.0, hi - v)]], fmt=style["marker"],
+                                color=style["color"], ms=4, capsize=2, lw=0.8, label=label)
+                    label = None
+        ax.axhline(1, color="black", lw=0.8)
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(names)), names, fontsize=7, **LITERAL)
+        ax.set_xlim(-0.5, len(names) - 0.5)
+        ax.set_ylabel("separability ratio to retrain")
+        ax.set_title(title, fontsize=9, **LITERAL)
+        _legend_right(ax)
     return _png(plt, fig)
 
 
@@ -121,15 +225,18 @@ def runtime(records) -> bytes | None:
                 continue
             ax.errorbar(x, y, yerr=ye, fmt="*" if m == RETRAIN else "o", ms=8 if m == RETRAIN else 4,
                         color="C3" if m == RETRAIN else "C0", ecolor="0.7", lw=0.8)
-            ax.annotate(m, (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points")
+            ax.annotate(m, (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points", **LITERAL)
         ax.set_xscale("log")
-        ax.set(xlabel="wall time (s, log)", ylabel="Gap to retrain (%) ↓", title=block_name(block))
-        ax.title.set_fontsize(9)
+        plain_log_ticks(ax.xaxis)
+        ax.set(xlabel="wall time (s, log)", ylabel="Gap to retrain (%) ↓")
+        ax.set_title(block_name(block), fontsize=9, **LITERAL)
     return _png(plt, fig)
 
 
 FIGURES = [("trilemma", "The trilemma: retained utility vs ΔLPR vs forget accuracy", trilemma),
            ("layerwise", "Layer-wise ΔLPR per method", layerwise),
+           ("separability", "Separability ratio to retrain per layer (read by the verdict), with the tolerance band",
+            separability),
            ("runtime", "Runtime vs quality (Gap to retrain)", runtime)]
 
 

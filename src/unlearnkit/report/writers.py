@@ -16,7 +16,7 @@ from .records import Record
 from .tables import Table, layer
 
 ORDER = ["leaderboard", "verdicts", "fig:trilemma", "mirage", "tarf", "purge", "fig:runtime", "ec", "fig:layerwise",
-         "layers"]
+         "fig:separability", "layers"]
 SECTION = {"leaderboard": "Leaderboard", "verdicts": "Verdicts", "mirage": "Mirage: output vs representation",
            "tarf": "TARF: Gap per task",
            "purge": "PURGE: utility, forgetting, privacy, speed", "ec": "Erase at the Core: CKA, IDI, H-Mean",

@@ -111,7 +111,9 @@ def test_single_seed_uses_the_audit_interval():
 def test_report_files_and_csv_match_the_tables(records, tmp_path):
     paths = make_report(records, tmp_path, ["test"])
     html = paths["html"].read_text()
-    assert html.count("<table") == len(paths["tables"]) and html.count('src="data:image/png;base64,') == 3
+    # trilemma, runtime, layer-wise ΔLPR, separability ratio per layer
+    assert html.count("<table") == len(paths["tables"]) and html.count('src="data:image/png;base64,') == 4
+    assert 'data-figure="separability"' in html
     assert "http" not in html.split("</head>")[0]               # nothing fetched
     md = paths["md"].read_text()
     assert "| metric | retrain | original | ga | ft |" in md and "report_files/trilemma.png" in md
