@@ -10,11 +10,15 @@ unlearnkit.audit.core``) and its names stay reachable through the function (``uk
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
 import types
 from typing import TYPE_CHECKING
 
 from ._version import __version__
+
+# the library logs to ``logging.getLogger("unlearnkit")`` and its children; an application (the CLI) shows it
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:  # what IDEs and type checkers see; at run time each name loads on first use
     from .api import unlearn  # noqa: F401
