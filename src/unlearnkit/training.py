@@ -15,13 +15,13 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
-from rich.markup import escape
 from torch import nn
 
 from . import distributed, validate
@@ -30,8 +30,9 @@ from .checkpoints import atomic_write_bytes, load_checkpoint, save_checkpoint
 from .errors import CheckpointError, UserError
 from .loop import Recipe, fit
 from .models.zoo import create_model
-from .progress import console
 from .runtime import Runtime
+
+log = logging.getLogger(__name__)
 
 TRAINING_CODE_VERSION = 1  # bump when the loop changes numerics, to invalidate cached models
 
@@ -184,7 +185,7 @@ def _cached(path: Path, kind: str) -> tuple[nn.Module, dict] | None:
     try:
         return load_checkpoint(path)
     except CheckpointError as e:
-        console.print(f"[yellow]cached {kind} model unusable ({escape(str(e))}); training it again[/]")
+        log.warning("cached %s model unusable (%s); training it again", kind, e)
         return None
 
 
@@ -193,7 +194,7 @@ def _partial(partial: Path, kind: str) -> dict | None:
         return None
     try:
         resume = torch.load(partial, map_location="cpu", weights_only=True)
-        console.print(f"resuming {kind} training from epoch {resume['epoch']}")
+        log.info("resuming %s training from epoch %s", kind, resume["epoch"])
         return resume
     except Exception:
         return None

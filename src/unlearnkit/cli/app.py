@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import math
 import os
 import sys
@@ -89,7 +90,32 @@ def _print_version(value: bool) -> None:
 @app.callback()
 def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
                                        help="Print the version and exit.")) -> None:
-    """The options before any command (``--version``)."""
+    """The options before any command (``--version``); a command's library messages are shown (:func:`show_logs`)."""
+    show_logs()
+
+
+class _ConsoleHandler(logging.Handler):
+    """The library's log records on the shared stderr console, as written (no rich markup read in them);
+    warnings in yellow."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from rich.markup import escape
+
+        from ..progress import console
+
+        try:
+            style = "yellow" if record.levelno >= logging.WARNING else None
+            console.print(escape(self.format(record)), style=style, highlight=False)
+        except Exception:  # a handler never raises into the code that logged
+            self.handleError(record)
+
+
+def show_logs() -> None:
+    """Show the ``unlearnkit`` logger's records from INFO up on stderr (once per process), as the CLI's output."""
+    logger = logging.getLogger("unlearnkit")
+    if not any(isinstance(h, _ConsoleHandler) for h in logger.handlers):
+        logger.addHandler(_ConsoleHandler())
+        logger.setLevel(logging.INFO)
 
 
 def _check_finite(fn, args, kwargs) -> None:
