@@ -3,7 +3,10 @@ the runnable example, and the CLI on plain state dicts."""
 from __future__ import annotations
 
 import copy
+import dataclasses
+import html
 import inspect
+import json
 import runpy
 import subprocess
 import sys
@@ -115,7 +118,7 @@ def test_dataset_loader_and_tensors_read_the_same():
     assert torch.equal(next(a.batches(10))[0], x)  # the user's inputs, untouched by normalisation
     with pytest.raises(UserError, match="forget has 10 inputs but 9 labels"):
         as_array_data((x, y[:9]), "forget")
-    with pytest.raises(UserError, match="must be a torch Dataset"):
+    with pytest.raises(UserError, match="retain must be a Dataset"):
         as_array_data("data.csv", "retain")
 
 
@@ -246,3 +249,114 @@ def test_cli_audits_plain_torchvision_state_dicts(tmp_path):
                                  "--out", str(tmp_path / "audit")])
     assert r.exit_code == 0, r.output
     assert "verdict:" in r.output and (tmp_path / "audit" / "audit.json").is_file()
+
+
+def _counted(model: nn.Module) -> list[int]:
+    """A forward counter on ``model`` (a list holding the count)."""
+    calls = [0]
+    model.register_forward_hook(lambda m, a, out: calls.__setitem__(0, calls[0] + 1))
+    return calls
+
+
+def test_auditor_passes_over_the_original_and_references_once(tmp_path):
+    """Two unlearned models audited by one Auditor (and by uk.audit with a list): the original and the three
+    references run forward only for the first audit; the reports equal one-off audits' (timing aside)."""
+    x, y = toy(96, c=3, size=8)
+    f = y == 0
+    parts = dict(forget=(x[f], y[f]), retain=(x[~f], y[~f]), test=(x, y))
+    torch.manual_seed(0)
+    original, refs, unlearned = Hand(c=3), [Hand(c=3) for _ in range(3)], [Hand(c=3), Hand(c=3)]
+    counts = [_counted(m) for m in (original, *refs)]
+    auditor = uk.Auditor(original, refs, progress=False, **parts, **LIGHT)
+    first = auditor.audit(unlearned[0])
+    after_first = [c[0] for c in counts]
+    second = auditor.audit(unlearned[1])
+    assert [c[0] for c in counts] == after_first and all(n > 0 for n in after_first)
+    assert len(auditor.cache) > 0
+    both = uk.audit(original, unlearned, refs, progress=False, **parts, **LIGHT)
+    assert isinstance(both, list) and len(both) == 2 and all(isinstance(r, uk.AuditResult) for r in both)
+    for shared, alone in ((first, both[0]), (second, both[1])):
+        assert shared.verdict == alone.verdict
+        assert json.dumps({k: v for k, v in shared.to_dict().items() if k != "timing"}, sort_keys=True) == \
+            json.dumps({k: v for k, v in alone.to_dict().items() if k != "timing"}, sort_keys=True)
+    page = dataclasses.replace(first, evidence=["<script>alert(1)</script> & more"])._repr_html_()
+    assert "&lt;script&gt;" in page and "<script>" not in page and page.count("<tr>") == 1 + len(first.layer_names)
+    assert html.escape(first.verdict) in first._repr_html_()
+
+
+class Output:
+    """What a Hugging Face classifier returns: an object with ``.logits``."""
+
+    def __init__(self, logits):
+        self.logits = logits
+
+
+class HFNet(Hand):
+    def forward(self, pixel_values):
+        return Output(super().forward(pixel_values))
+
+
+class DictRows(torch.utils.data.Dataset):
+    """A Hugging Face-style dataset: each item a dict (plus a field the model does not read)."""
+
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, i):
+        return {"pixel_values": self.x[i], "label": int(self.y[i]), "file": f"img{i}.png"}
+
+
+def test_dict_datasets_and_models_returning_logits_objects():
+    x, y = toy(96, c=3, size=8)
+    f = y == 0
+    forget, retain, test = DictRows(x[f], y[f]), DictRows(x[~f], y[~f]), DictRows(x, y)
+    torch.manual_seed(0)
+    original = HFNet(c=3)
+    result = uk.unlearn(original, "finetune", forget=forget, retain=retain, epochs=1, progress=False)
+    assert type(result.model) is HFNet and isinstance(result.model(x[:2]), Output)  # the user's class back
+    assert isinstance(original(x[:2]), Output) and not hasattr(original, "unlearnkit_taps")
+    report = uk.audit(original, result, [HFNet(c=3)], forget=forget, retain=retain, test=test, progress=False,
+                      **LIGHT)
+    assert report.verdict in VERDICTS and report.layer_names[-1] == "penultimate"
+
+
+class ConvOnly(nn.Module):
+    """No nn.Linear: a 1x1 conv classifier, pooled."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(1, 6, 3, padding=1), nn.ReLU())
+        self.head = nn.Conv2d(6, 4, 1)
+
+    def forward(self, x):
+        return self.head(self.stem(x)).mean((2, 3))
+
+
+def test_a_model_without_linear_layers_is_audited_at_its_named_layers():
+    x, y = toy(80)
+    f = y == 1
+    parts = dict(forget=(x[f], y[f]), retain=(x[~f], y[~f]), test=(x, y))
+    torch.manual_seed(0)
+    models = [ConvOnly() for _ in range(3)]
+    with pytest.raises(UserError, match="cannot find the classifier"):
+        uk.audit(*models, **parts, progress=False, **LIGHT)
+    with pytest.raises(UserError, match="'penultimate' is the input of an nn.Linear"):
+        uk.audit(*models, layers=["stem", "penultimate"], **parts, progress=False, **LIGHT)
+    report = uk.audit(*models, layers=["stem.0", "stem"], **parts, progress=False, **LIGHT)
+    assert report.verdict in VERDICTS and report.layer_names == ["stem.0", "stem"]
+
+
+def test_flat_rows_and_a_plain_mlp_unlearn_and_audit(digits):
+    """sklearn-style [N, 64] rows (digits flattened) and an nn.Sequential MLP, end to end."""
+    x, y = digits.train.x.flatten(1)[:400], digits.train.y[:400]
+    f = y == 3
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+    result = uk.unlearn(mlp, "gradient_ascent", forget=(x[f], y[f]), epochs=1, progress=False)
+    assert isinstance(result.model, nn.Sequential) and result.model(x[:2]).shape == (2, 10)
+    report = uk.audit(mlp, result.model, copy.deepcopy(mlp), forget=(x[f], y[f]), retain=(x[~f], y[~f]),
+                      test=(digits.test.x.flatten(1), digits.test.y), progress=False, **LIGHT)
+    assert report.verdict in VERDICTS and report.layer_names[-1] == "penultimate"

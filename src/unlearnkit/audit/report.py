@@ -1,6 +1,7 @@
 """AuditReport: the verdict, its evidence and every number behind it; ``to_dict`` for results.json."""
 from __future__ import annotations
 
+import html
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -9,6 +10,7 @@ import numpy as np
 
 from .config import AuditConfig
 from .layers import Interval, LayerResult
+from .tables import html_table, layer_rows
 
 SCHEMA = "unlearnkit.audit/1"
 
@@ -142,6 +144,15 @@ class AuditReport:
             "config": self.config.to_dict(),
             "timing": self.timing,
         })
+
+    def _repr_html_(self) -> str:
+        """A notebook's view: the verdict, its evidence and the per-layer numbers of the audit data the
+        verdict rests on (:func:`unlearnkit.audit.tables.layer_rows`); every text escaped."""
+        d = self.to_dict()
+        header, rows = layer_rows(d)
+        evidence = "".join(f"<li>{html.escape(e)}</li>" for e in self.evidence)
+        return (f"<div><p><b>verdict: {html.escape(self.verdict)}</b> (rests on the {html.escape(self.rests_on)} "
+                f"data: {html.escape(self.rests_on_reason)})</p><ul>{evidence}</ul>{html_table(header, rows)}</div>")
 
     def summary(self) -> str:
         lines = [f"verdict: {self.verdict} (rests on the {self.rests_on} data: {self.rests_on_reason})"]

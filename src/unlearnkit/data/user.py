@@ -122,7 +122,7 @@ def _map_style(data) -> bool:
     if isinstance(data, torch.utils.data.IterableDataset):
         return False
     return isinstance(data, torch.utils.data.Dataset) or (
-        hasattr(data, "__getitem__") and hasattr(data, "__len__") and not isinstance(data, (str, bytes, Mapping)))
+        hasattr(data, "__getitem__") and hasattr(data, "__len__") and not isinstance(data, (str, bytes)))
 
 
 def _reader(where: str, keys: Keys):
@@ -131,19 +131,23 @@ def _reader(where: str, keys: Keys):
 
 
 def _tensors(data, where: str, keys: Keys) -> tuple[Tensor, Tensor]:
-    """``(x, y)`` of a Dataset, a DataLoader or a pair of tensors/arrays."""
+    """``(x, y)`` of a Dataset (any sized, indexable one, a list of items included), a DataLoader, a pair of
+    tensors/arrays or a dict of columns."""
     if isinstance(data, ArrayData):
         return data.normalize(data.x), data.y
     if isinstance(data, torch.utils.data.DataLoader):
         return _from_loader(data, where, keys)
     if isinstance(data, (tuple, list)) and len(data) == 2 and not isinstance(data[0], (tuple, list, Mapping)):
         return _inputs(data[0], where), _labels(data[1], where)
+    if isinstance(data, Mapping):  # columns: {"pixel_values": [N, ...], "label": [N]}
+        x, y = keys.pick(data, where)
+        return _inputs(x, where), _labels(y, where)
     if isinstance(data, torch.utils.data.IterableDataset):
         return _from_loader(torch.utils.data.DataLoader(data, batch_size=256), where, keys)
-    if _map_style(data) and not isinstance(data, (tuple, list, Tensor, np.ndarray)):
+    if _map_style(data) and not isinstance(data, (Tensor, np.ndarray)):
         loader = torch.utils.data.DataLoader(data, batch_size=256, shuffle=False, collate_fn=_reader(where, keys))
         return _from_loader(loader, where, keys)
-    raise UserError(f"{where} must be a torch Dataset, a DataLoader or an (x, y) pair of tensors, "
+    raise UserError(f"{where} must be a Dataset (of pairs or dicts), a DataLoader or an (x, y) pair of tensors, "
                     f"not {type(data).__name__}")
 
 

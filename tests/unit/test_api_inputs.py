@@ -1,0 +1,256 @@
+"""The Python API's bad arguments (issue 30): one ``unlearnkit.UserError`` naming the argument, raised
+before any work (a guard stops the tests where unlearning or the audit's passes would begin); and the
+inputs that must work: flat ``[N, D]`` rows for a plain MLP, dict items, models returning ``.logits``."""
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+import unlearnkit as uk
+from unlearnkit import UserError
+
+D, K = 16, 4
+
+
+class WorkStarted(Exception):
+    """Raised where unlearning or the audit's forward passes would begin."""
+
+
+@pytest.fixture(autouse=True)
+def guard(monkeypatch):
+    import unlearnkit.audit.user as user
+    from unlearnkit.methods.base import UnlearningMethod
+
+    def stop(*args, **kwargs):
+        raise WorkStarted
+
+    monkeypatch.setattr(UnlearningMethod, "unlearn", stop)
+    monkeypatch.setattr(user, "model_outputs", stop)
+    monkeypatch.setattr(user, "_audit", stop)
+
+
+def mlp(d: int = D) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(d, 8), nn.ReLU(), nn.Linear(8, K))
+
+
+def rows(n: int = 40, d: int = D) -> tuple[torch.Tensor, torch.Tensor]:
+    y = torch.arange(n) % K
+    return torch.randn(n, d, generator=torch.Generator().manual_seed(0)) + y[:, None], y
+
+
+def parts(n: int = 40, d: int = D) -> dict:
+    x, y = rows(n, d)
+    f = y == 1
+    return {"forget": (x[f], y[f]), "retain": (x[~f], y[~f]), "test": (x, y)}
+
+
+def refused(call, *names: str) -> str:
+    """The UserError ``call`` raises; every one of ``names`` is in its message."""
+    with pytest.raises(UserError) as info:
+        call()
+    message = str(info.value)
+    assert all(name in message for name in names), message
+    return message
+
+
+def unlearn(model=None, **kw):
+    args = {"forget": parts()["forget"], "retain": parts()["retain"], **kw}
+    return lambda: uk.unlearn(model if model is not None else mlp(), "gradient_ascent", **args)
+
+
+def audit(original=None, unlearned=None, retrained=None, **kw):
+    args = {**parts(), **kw}
+    return lambda: uk.audit(original if original is not None else mlp(), unlearned if unlearned is not None else mlp(),
+                            retrained if retrained is not None else mlp(), **args)
+
+
+def test_the_guard_is_reached_by_good_calls():
+    """Good arguments get past every check (to the guard): the checks below are not refusing everything."""
+    with pytest.raises(WorkStarted):
+        unlearn()()
+    with pytest.raises(WorkStarted):
+        audit()()
+
+
+def test_missing_data_is_named():
+    refused(unlearn(forget=None), "forget")
+    refused(lambda: uk.unlearn(mlp(), "finetune", forget=parts()["forget"]), "retain")
+    for name in ("forget", "retain", "test"):
+        refused(audit(**{name: None}), name)
+
+
+def test_seed_and_preset_are_checked():
+    refused(unlearn(seed=2**70), "seed")
+    refused(unlearn(seed=-1), "seed")
+    refused(unlearn(seed=1.5), "seed")
+    assert "small" in refused(unlearn(preset="bogus"), "preset", "bogus")
+
+
+def test_labels_must_be_class_indices():
+    x, y = parts()["forget"]
+    refused(unlearn(forget=(x, ["cat"] * len(x))), "forget", "labels")
+    refused(unlearn(forget=(x, y.float() + 0.5)), "forget", "labels")
+    refused(audit(test=(x, y + 10)), "test", "labels outside")
+
+
+class Pairs(Dataset):
+    """(input, class name) items: labels as text."""
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return torch.zeros(D), "cat"
+
+
+def test_text_labels_from_a_dataset_are_named():
+    refused(unlearn(forget=Pairs()), "forget", "labels")
+
+
+def test_retrained_and_unlearned_must_be_models():
+    refused(audit(retrained=5), "retrained", "int")
+    refused(audit(retrained=[mlp(), 5]), "retrained[1]")
+    refused(audit(retrained=[]), "retrained")
+    refused(audit(unlearned="model.pt"), "unlearned", "str")
+    refused(lambda: uk.unlearn(5, "gradient_ascent", forget=parts()["forget"]), "model")
+
+
+def test_float64_half_meta_and_frozen_models_are_refused():
+    refused(unlearn(model=mlp().double()), "model", "float64")
+    refused(unlearn(model=mlp().half()), "model", "float16")
+    refused(audit(unlearned=mlp().double()), "unlearned", "float64")
+    refused(audit(retrained=[mlp(), mlp().to(torch.bfloat16)]), "retrained[1]", "bfloat16")
+    with torch.device("meta"):
+        ghost = nn.Sequential(nn.Linear(D, 8), nn.ReLU(), nn.Linear(8, K))
+    refused(unlearn(model=ghost), "model", "meta")
+    refused(audit(original=ghost), "original", "meta")
+    refused(unlearn(model=mlp().requires_grad_(False)), "model", "requires_grad")
+
+
+def test_inputs_the_model_cannot_take_name_the_model_and_the_data():
+    refused(unlearn(model=mlp(d=D + 4)), "model", "forget", f"[4, {D}]")
+    refused(audit(original=mlp(d=D + 4)), "original", "forget")
+    x, y = parts()["retain"]
+    refused(audit(retain=(x[:, :-1], y)), "retain", "shape")
+
+
+def test_forget_rows_that_are_also_retained_are_counted():
+    x, y = rows()
+    f = y == 1
+    some = torch.cat([x[~f], x[f][:3]]), torch.cat([y[~f], y[f][:3]])
+    assert "3 of the 10 forget rows" in refused(unlearn(retain=some), "forget", "retain")
+    refused(unlearn(forget=(x, y), retain=(x, y)), "all of the 40 forget rows")
+    refused(audit(retain=(x, y)), "forget", "retain")
+
+
+def test_empty_retain_is_named():
+    x, y = rows()
+    refused(unlearn(retain=(x[:0], y[:0])), "retain")
+    refused(unlearn(retain=TensorDataset(x[:0], y[:0])), "retain", "empty")
+
+
+def test_dict_items_with_unknown_keys_are_named():
+    x, y = parts()["forget"]
+    items = [{"pixels": xi, "target": yi} for xi, yi in zip(x, y)]
+    refused(unlearn(forget=items), "forget", "input_key", "'pixels'")
+    refused(unlearn(forget=items, input_key="pixels"), "forget", "label_key")
+    refused(unlearn(forget=items, input_key="pixels", label_key="label"), "label_key", "'label'")
+    refused(unlearn(input_key=3), "input_key")
+
+
+def test_audit_settings_and_report_locations(tmp_path):
+    refused(audit(n_split=3), "n_split")
+    refused(audit(config={"n_splits": 3}), "config")
+    from unlearnkit.audit.user import AuditResult
+
+    report = AuditResult.__new__(AuditResult)
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")
+    refused(lambda: report.save(plain), "out_dir", "is a file")
+    refused(lambda: report.save(plain / "audit"), "out_dir", "cannot be written")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    if os.access(locked, os.W_OK):  # root writes anywhere
+        pytest.skip("this user can write into a read-only folder")
+    refused(lambda: report.save(locked / "audit"), "out_dir", "not writable")
+    assert not (locked / "audit").exists()
+
+
+def test_flat_rows_reach_the_method():
+    """[N, D] rows for a plain MLP were refused with 'forget has 1 inputs but 80 labels'."""
+    with pytest.raises(WorkStarted):
+        unlearn()()
+    from unlearnkit.data.user import as_array_data
+
+    x, y = rows()
+    data = as_array_data((x, y), "forget")
+    xb, yb = next(data.batches(8))
+    assert xb.shape == (8, D) and torch.equal(xb, x[:8]) and torch.equal(yb, y[:8])
+
+
+class HFLike(nn.Module):
+    """A model returning an output object (as Hugging Face models do), with ``.logits``."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(D, 8), nn.ReLU())
+        self.classifier = nn.Linear(8, K)
+
+    def forward(self, pixel_values):
+        return SimpleNamespace(logits=self.classifier(self.body(pixel_values)), hidden=None)
+
+
+class Wrapping(nn.Module):
+    """A linear model whose output is ``wrap(logits)``."""
+
+    def __init__(self, wrap):
+        super().__init__()
+        self.fc, self.wrap = nn.Linear(D, K), wrap
+
+    def forward(self, v):
+        return self.wrap(self.fc(v))
+
+
+def test_logits_objects_dicts_and_tuples_are_read_without_changing_the_users_model():
+    from unlearnkit.audit.user import probe
+    from unlearnkit.models.discover import users_class
+
+    x = rows()[0][:4]
+    model = HFLike()
+    adapted, k = probe(model, x, "model")
+    assert k == K and isinstance(adapted(x), torch.Tensor) and isinstance(adapted, HFLike)
+    assert not isinstance(model(x), torch.Tensor)  # the user's model still returns its object
+    assert list(adapted.state_dict()) == list(model.state_dict())
+    assert adapted.classifier is model.classifier  # the same parameters, no copy
+    assert type(users_class(adapted)) is HFLike
+    for wrap in (lambda z: {"logits": z}, lambda z: (z, None)):
+        adapted, k = probe(Wrapping(wrap), x, "original")
+        assert k == K and isinstance(adapted(x), torch.Tensor)
+    refused(lambda: probe(nn.Sequential(nn.Linear(D, K), nn.Flatten(0)), x, "original"), "original",
+            "[batch, classes]")
+
+
+def test_dict_datasets_are_read_with_default_and_named_keys():
+    from unlearnkit.data.user import as_array_data
+
+    x, y = rows(12)
+
+    class Dicts(Dataset):
+        def __len__(self):
+            return len(y)
+
+        def __getitem__(self, i):
+            return {"pixel_values": x[i], "label": int(y[i]), "id": f"row{i}"}
+
+    for data in (Dicts(), DataLoader(Dicts(), batch_size=5), [{"image": xi, "labels": yi} for xi, yi in zip(x, y)]):
+        got = as_array_data(data, "forget")
+        assert torch.equal(got.x, x) and torch.equal(got.y, y)
+    named = [{"img": xi, "cls": yi} for xi, yi in zip(x, y)]
+    got = as_array_data(named, "forget", input_key="img", label_key="cls")
+    assert torch.equal(got.x, x) and torch.equal(got.y, y)
