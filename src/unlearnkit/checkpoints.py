@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import CheckpointError
+from .errors import CheckpointError, UserError
 
 FORMAT = "unlearnkit.checkpoint/1"
 
@@ -113,7 +113,8 @@ def save_checkpoint(model: nn.Module, path: str | Path, meta: dict | None = None
 
 
 def read_checkpoint(path: str | Path) -> dict:
-    """The raw payload, safely: weights_only, and a clear error for missing/corrupt/truncated files."""
+    """The payload, safely (weights_only) and checked by structure (:func:`check_structure`): a clear
+    :class:`CheckpointError` naming the file for a missing, corrupt, truncated or misshapen one."""
     p = Path(path).expanduser()
     if not p.is_file():
         raise CheckpointError(f"checkpoint {p} does not exist")
@@ -129,9 +130,113 @@ def read_checkpoint(path: str | Path) -> dict:
                                   f"values (the safe loader refused it: {' '.join(why.split())[:120]})") from None
         lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()] or [type(e).__name__]
         raise CheckpointError(f"checkpoint {p} is corrupt or truncated ({lines[0][:120]})") from None
-    if not isinstance(payload, dict):
-        raise CheckpointError(f"checkpoint {p} holds a {type(payload).__name__}, not a state dict")
+    check_structure(payload, p)
     return payload
+
+
+def _kind(value: Any) -> str:
+    """``a list``, ``an int``, ``a sparse tensor``: what a value is, for a message."""
+    if isinstance(value, torch.Tensor) and value.layout != torch.strided:
+        return f"a {str(value.layout).replace('torch.', '').replace('_', ' ')} tensor"
+    name = "tensor" if isinstance(value, torch.Tensor) else type(value).__name__
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
+def _check_state(state: Any, where: str) -> None:
+    """A state dict: a non-empty mapping of text names to dense real (or integer/bool) tensors."""
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{where} holds {_kind(state)} where the state dict (name -> tensor) belongs")
+    if not state:
+        raise CheckpointError(f"{where} holds an empty state dict (no weights)")
+    for key, value in state.items():
+        if not isinstance(key, str):
+            raise CheckpointError(f"{where} has a state dict key {key!r} ({_kind(key)}); parameter names are text")
+        if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
+            raise CheckpointError(f"{where} holds {_kind(value)} at {key!r}, where a dense tensor belongs")
+        if value.is_complex() or value.is_quantized:
+            raise CheckpointError(f"{where} holds a {value.dtype} tensor at {key!r}; weights are real numbers")
+
+
+def _plain_value(value: Any) -> bool:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    return isinstance(value, (list, tuple)) and all(_plain_value(v) for v in value)
+
+
+def _is_ours(payload: dict) -> bool:
+    fmt = payload.get("format")
+    return isinstance(fmt, str) and fmt == FORMAT
+
+
+def check_structure(payload: Any, path: str | Path) -> None:
+    """Raise :class:`CheckpointError` naming ``path`` and what is wrong unless ``payload`` (what
+    ``torch.load(weights_only=True)`` read) has a checkpoint's structure; returns None.
+
+    An unlearnkit checkpoint (``format`` :data:`FORMAT`) needs ``model`` = ``{name: text, kwargs:
+    {text: plain value}}``, a ``state_dict`` of text names -> dense tensors, a text ``sha256`` and a
+    ``meta`` mapping with text keys (its ``key``, when present, a mapping). Anything else is read as a
+    plain state dict (``{name: tensor}``, or such a dict under ``state_dict``), checked the same way.
+    Every reader goes through here (:func:`read_checkpoint`), so no later step meets a ``KeyError``."""
+    where = f"checkpoint {path}"
+    if not isinstance(payload, dict):
+        raise CheckpointError(f"{where} holds {_kind(payload)}, not a state dict or an unlearnkit checkpoint")
+    fmt = payload.get("format")
+    if isinstance(fmt, str) and fmt.startswith("unlearnkit.checkpoint/") and fmt != FORMAT:
+        raise CheckpointError(f"{where} is in format {fmt!r}; this version reads {FORMAT!r}")
+    if not _is_ours(payload):
+        _check_state(payload["state_dict"] if "state_dict" in payload else payload, where)
+        return
+    for key in ("model", "state_dict", "sha256"):
+        if key not in payload:
+            raise CheckpointError(f"{where} has no {key!r} entry (an unlearnkit checkpoint holds model, "
+                                  f"state_dict, sha256 and meta)")
+    spec = payload["model"]
+    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or not spec["name"].strip():
+        raise CheckpointError(f"{where}: 'model' must be {{name: text, kwargs: mapping}}, not {_kind(spec)}"
+                              + (f" {spec!r}"[:60] if isinstance(spec, (str, int, float)) else ""))
+    kwargs = spec.get("kwargs")
+    if not isinstance(kwargs, dict):
+        raise CheckpointError(f"{where}: the model's kwargs must be a mapping, not {_kind(kwargs)}")
+    for key, value in kwargs.items():
+        if not isinstance(key, str) or not key.isidentifier() or not _plain_value(value):
+            raise CheckpointError(f"{where}: model kwarg {key!r} = {_kind(value)} is not a plain named value")
+    _check_state(payload["state_dict"], where)
+    if not isinstance(payload["sha256"], str):
+        raise CheckpointError(f"{where}: 'sha256' must be text, not {_kind(payload['sha256'])}")
+    meta = {} if payload.get("meta") is None else payload["meta"]
+    if not isinstance(meta, dict) or not all(isinstance(k, str) for k in meta):
+        raise CheckpointError(f"{where}: 'meta' must be a mapping with text keys, not {_kind(meta)}")
+    if not isinstance(meta.get("key", {}), (dict, type(None))):
+        raise CheckpointError(f"{where}: meta 'key' must be a mapping, not {_kind(meta['key'])}")
+
+
+def nonfinite_tensor(model: nn.Module) -> str | None:
+    """The name of ``model``'s first parameter or buffer holding NaN or an infinity, or None."""
+    for name, t in model.state_dict().items():
+        if t.is_floating_point() and not t.is_meta and not bool(torch.isfinite(t).all()):
+            return name
+    return None
+
+
+def require_finite(model: nn.Module, what: str) -> nn.Module:
+    """``model`` itself, unless a weight is NaN or infinite: then a :class:`CheckpointError` naming
+    ``what`` (an argument or a file) and the tensor (an audit of such a model means nothing)."""
+    bad = nonfinite_tensor(model)
+    if bad is not None:
+        raise CheckpointError(f"{what} has non-finite weights (NaN or inf in {bad}); a model with broken "
+                              f"weights cannot be audited or unlearned")
+    return model
+
+
+def require_finite_models(**roles: Any) -> None:
+    """:func:`require_finite` on each model given by its role (``original=m``, ``retrained=[m1, m2]``),
+    naming the role (``retrained[1]`` in a list); returns None. Values that are not modules are left to
+    the caller's own checks."""
+    for role, value in roles.items():
+        items = list(value) if isinstance(value, (list, tuple)) else [value]
+        for i, m in enumerate(items):
+            if isinstance(m, nn.Module):
+                require_finite(m, role if isinstance(value, nn.Module) else f"{role}[{i}]")
 
 
 def load_checkpoint(path: str | Path, *, model_name: str | None = None, num_classes: int | None = None,
@@ -145,7 +250,7 @@ def load_checkpoint(path: str | Path, *, model_name: str | None = None, num_clas
     from .models.zoo import create_model
 
     payload = read_checkpoint(path)
-    if payload.get("format") == FORMAT:
+    if _is_ours(payload):
         spec = payload["model"]
         name, kwargs = spec["name"], dict(spec["kwargs"])
         state = payload["state_dict"]
@@ -159,20 +264,24 @@ def load_checkpoint(path: str | Path, *, model_name: str | None = None, num_clas
             if want is not None and kwargs.get(key) is not None and want != kwargs[key]:
                 raise CheckpointError(f"checkpoint {path} was built for {key.replace('_', ' ')} {kwargs[key]}, "
                                       f"but the data has {want} (another dataset?)")
-        meta = dict(payload.get("meta", {}))
+        meta = dict(payload.get("meta") or {})
         meta["sha256"] = payload["sha256"]
     else:
         if not model_name or num_classes is None:
             raise CheckpointError(f"{path} is a plain state dict: give the architecture (--model) and the dataset")
-        state = payload.get("state_dict", payload)
-        if not all(isinstance(v, torch.Tensor) for v in state.values()):
-            raise CheckpointError(f"{path} is neither an unlearnkit checkpoint nor a state dict")
+        state = payload.get("state_dict", payload)  # its structure is checked (check_structure)
         name = model_name
         kwargs = {"num_classes": num_classes, "in_channels": in_channels or 3, "image_size": image_size or 32,
                   **model_kwargs}
         meta = {"sha256": state_sha256(state), "source": "plain state_dict"}
     kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in kwargs.items()}
-    model = create_model(name, **kwargs)
+    try:
+        model = create_model(name, **kwargs)
+    except (TypeError, ValueError, RuntimeError, KeyError, UserError) as e:  # unknown kwargs or name, bad values
+        text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+        detail = " ".join((text or type(e).__name__).split())[:160]
+        raise CheckpointError(f"checkpoint {path}: cannot build its model {name} with "
+                              f"{str(kwargs)[:120]}: {detail}") from None
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as e:

@@ -39,7 +39,7 @@ class Recipe:
     warmup_epochs: int = 0
 
     def __post_init__(self) -> None:
-        from .validate import dataclass_fields, number, whole
+        from .validate import dataclass_fields, learning_rate, number, whole
 
         dataclass_fields(self, "recipe ")
         if self.optimizer not in ("sgd", "adam"):
@@ -49,7 +49,7 @@ class Recipe:
         whole("recipe epochs", self.epochs, low=1)
         whole("recipe batch_size", self.batch_size, low=1)
         whole("recipe warmup_epochs", self.warmup_epochs, low=0)
-        number("recipe lr", self.lr, low=0, low_open=True)
+        learning_rate("recipe lr", self.lr)
         number("recipe momentum", self.momentum, low=0, high=1)
         number("recipe weight_decay", self.weight_decay, low=0)
         number("recipe gamma", self.gamma, low=0, low_open=True)

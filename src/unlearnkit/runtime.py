@@ -33,7 +33,7 @@ from typing import Callable, Iterator
 import torch
 from torch import Tensor, nn
 
-from . import distributed
+from . import distributed, validate
 from .data.arrays import ArrayData
 from .errors import UserError
 
@@ -131,15 +131,9 @@ def _with_x(data: ArrayData, x: Tensor) -> ArrayData:
 
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     """``auto`` = a GPU when there is one; under ``torchrun`` an unnumbered ``cuda`` is the
-    process's own GPU (``cuda:$LOCAL_RANK``)."""
-    if device in (None, "auto"):
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        dev = torch.device(device)
-    except RuntimeError:
-        raise UserError(f"unknown device {device!r} (use auto, cpu, cuda, cuda:0 ...)") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda asked for, but no CUDA GPU is available here")
+    process's own GPU (``cuda:$LOCAL_RANK``). Anything else :func:`unlearnkit.validate.device` refuses
+    (``meta``, ``mps`` or a GPU this machine lacks) is a :class:`UserError`."""
+    dev = validate.device("--device", device)  # only a device this build can use (not meta, no absent GPU)
     if dev.type == "cuda" and dev.index is None and distributed.launched_by_torchrun():
         dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
     return dev

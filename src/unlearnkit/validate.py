@@ -23,6 +23,10 @@ MAX_SEED = 2**32 - 1
 SEED_RANGE = {"min": 0, "max": MAX_SEED}
 
 
+#: the largest learning rate (or step size) a float32 weight update can take without overflowing
+MAX_LR = 3.4028234663852886e38
+
+
 def _show(value: Any) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
@@ -97,6 +101,41 @@ def choice(name: str, value: Any, allowed: typing.Iterable[str]) -> str:
     if not isinstance(value, str) or value not in allowed:
         raise UserError(f"{name} must be one of {', '.join(allowed)}, not {_show(value)}")
     return value
+
+
+def learning_rate(name: str, value: Any) -> float:
+    """A learning rate: a finite number > 0 that a float32 update can take (at most :data:`MAX_LR`)."""
+    return number(name, value, low=0, low_open=True, high=MAX_LR)
+
+
+def device(name: str, value: Any):
+    """A ``torch.device`` this build can compute on: ``auto`` (a GPU when there is one, else the CPU),
+    ``cpu``, ``cuda``/``cuda:N`` with N below the GPU count, ``mps`` where Apple's backend is available.
+    ``meta`` (no data), other backends and text torch does not read are refused."""
+    import torch
+
+    if value is None or (isinstance(value, str) and value.strip() == "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if not isinstance(value, (str, torch.device)):
+        raise UserError(f"{name} must be auto, cpu, cuda or cuda:N, not {_show(value)}")
+    try:
+        dev = torch.device(value.strip() if isinstance(value, str) else value)
+    except (RuntimeError, ValueError):
+        raise UserError(f"{name} must be auto, cpu, cuda or cuda:N, not {_show(value)} (unknown device)") from None
+    if dev.type == "cpu":
+        return dev
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise UserError(f"{name} {dev} asked for, but no CUDA GPU is available here (use cpu or auto)")
+        if dev.index is not None and dev.index >= count:
+            raise UserError(f"{name} {dev}: there is no such GPU here ({count} GPU(s): cuda:0..cuda:{count - 1})")
+        return dev
+    if dev.type == "mps":
+        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+            raise UserError(f"{name} mps asked for, but Apple's MPS backend is not available here (use cpu or auto)")
+        return dev
+    raise UserError(f"{name} {dev.type} is not a device this toolkit computes on (use auto, cpu, cuda or cuda:N)")
 
 
 def text(name: str, value: Any) -> str:

@@ -1,5 +1,6 @@
 import pytest
 import torch
+from bad_files import checkpoint_variants
 
 from unlearnkit import create_model, load_checkpoint, save_checkpoint
 from unlearnkit.errors import CheckpointError, NonFiniteLossError
@@ -115,3 +116,37 @@ def test_reference_cache_reuses_and_resumes(digits_split, tmp_path):
     r3 = reference_model("retrain", digits_split, "small_cnn", recipe, seed=0, model_kwargs={"width": 8},
                          cache_dir=tmp_path, progress=False)
     assert r3.meta["sha256"] == r1.meta["sha256"] and not r1.path.with_suffix(".partial.pt").exists()
+
+
+def test_checkpoint_structure_is_checked_by_one_function(tmp_path):
+    """Every misshapen payload is a CheckpointError (a UserError) naming the file and what is wrong, from
+    check_structure (read_checkpoint calls it, so every reader gets it) and through load_checkpoint."""
+    from unlearnkit.checkpoints import check_structure, read_checkpoint
+    from unlearnkit.errors import UserError
+
+    m = create_model("small_cnn", 10, 1, 8, width=8)
+    save_checkpoint(m, tmp_path / "good.pt")
+    good = torch.load(tmp_path / "good.pt", weights_only=True)
+    check_structure(good, "good.pt")  # the real thing passes
+    for name, (payload, why) in checkpoint_variants(good, m.state_dict()).items():
+        path = tmp_path / f"{name}.pt"
+        torch.save(payload, path)
+        with pytest.raises(UserError) as e:
+            load_checkpoint(path, model_name="small_cnn", num_classes=10, in_channels=1, image_size=8, width=8)
+        assert isinstance(e.value, CheckpointError) and str(path) in str(e.value) and why in str(e.value), why
+        if "bogus" not in why:  # an unknown model kwarg is found when the model is built
+            with pytest.raises(CheckpointError, match=why.replace("'", ".").replace("(", ".")):
+                read_checkpoint(path)
+
+
+def test_non_finite_weights_are_named():
+    from unlearnkit.checkpoints import require_finite, require_finite_models
+
+    m = create_model("small_cnn", 10, 1, 8, width=8)
+    assert require_finite(m, "original") is m
+    broken = create_model("small_cnn", 10, 1, 8, width=8)
+    with torch.no_grad():
+        broken.fc.weight[0, 0] = float("inf")
+    with pytest.raises(CheckpointError, match=r"retrained\[1\] has non-finite weights .*fc\.weight"):
+        require_finite_models(original=m, unlearned=m, retrained=[m, broken])
+    require_finite_models(original="not a model", retrained=None)  # left to the caller's own checks

@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 import torch
+from bad_files import cifar_batches, fake_cifar, index_arrays, write_index_file
 
 from unlearnkit import ForgetSpec, load_dataset, make_split
 from unlearnkit.data.arrays import Augment, augment_batch
@@ -143,3 +144,35 @@ def test_bad_indices_files(digits, tmp_path):
         make_split(digits, ForgetSpec(indices_file=str(big)))
     with pytest.raises(UserError, match="exactly one"):
         ForgetSpec(classes=(1,), random=0.1)
+
+
+
+@pytest.mark.parametrize("case", sorted(index_arrays(1)))
+def test_npy_indices_are_whole_numbers_or_a_mask(digits, tmp_path, case):
+    """Floats are not truncated, complex numbers not cast, booleans not read as indices 0 and 1: each is
+    one UserError naming the file, when the option is read (content) or the split made (range, mask length)."""
+    content, msg = index_arrays(len(digits.train))[case]
+    path = write_index_file(tmp_path / "idx.npy", content)
+    with pytest.raises(UserError) as e:
+        make_split(digits, ForgetSpec.from_options(None, None, path))
+    assert str(path) in str(e.value) and msg in str(e.value), str(e.value)
+
+
+def test_a_boolean_npy_is_a_mask(digits, tmp_path):
+    mask = np.zeros(len(digits.train), dtype=bool)
+    mask[[0, 7, 9]] = True
+    np.save(tmp_path / "mask.npy", mask)
+    split = make_split(digits, ForgetSpec(indices_file=str(tmp_path / "mask.npy")))
+    assert split.forget_indices.tolist() == [0, 7, 9]
+    (tmp_path / "huge.txt").write_text("1 " + "9" * 30)
+    with pytest.raises(UserError, match="far beyond"):
+        ForgetSpec.from_options(None, None, tmp_path / "huge.txt")
+
+
+@pytest.mark.parametrize("case", sorted(cifar_batches()))
+def test_corrupt_cifar_batches_are_one_error_naming_the_file(tmp_path, case):
+    content, msg = cifar_batches()[case]
+    path = fake_cifar(tmp_path, content)
+    with pytest.raises(UserError) as e:
+        load_dataset("cifar10", data_dir=tmp_path)
+    assert str(path) in str(e.value) and msg in str(e.value) and "\n" not in str(e.value), str(e.value)

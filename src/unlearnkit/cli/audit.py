@@ -18,11 +18,25 @@ VERDICT_STYLE = {"erased": "bold green", "suppressed": "bold yellow", "collapsed
 
 
 def _load(path: Path, role: str, model: Optional[str], bundle):
-    from ..checkpoints import load_checkpoint
+    """The checkpoint given as ``role`` (``--original``...) and its meta; NaN or infinite weights are
+    refused here, naming the option and the file, before any feature is extracted."""
+    from ..checkpoints import load_checkpoint, require_finite
 
     m, meta = load_checkpoint(path, model_name=model, num_classes=bundle.num_classes,
                               in_channels=bundle.in_channels, image_size=bundle.image_size)
-    return m, meta
+    return require_finite(m, f"{role} {path}"), meta
+
+
+def parse_layers(layers: Optional[str]) -> Optional[list[str]]:
+    """``--layers "layer3, fc"`` -> ``["layer3", "fc"]`` (None: the model's audit layers); a name given
+    twice is a :class:`UserError`."""
+    names = [t for t in (layers or "").replace(" ", "").split(",") if t]
+    twice = sorted({t for t in names if names.count(t) > 1})
+    if twice:
+        raise UserError(f"--layers names {twice[0]!r} twice; give each layer once")
+    if layers is not None and not names:
+        raise UserError(f"--layers is empty; give layer names such as penultimate or layer3,fc, not {layers!r}")
+    return names or None
 
 
 def audit_command(
@@ -69,12 +83,13 @@ def audit_command(
     from ..data.splits import ForgetSpec
 
     spec = ForgetSpec.from_options(forget_classes, forget_random, forget_indices)
+    layer_list = parse_layers(layers)
     _check_files(original, unlearned, retrained, out)
     config = AuditConfig(center=center, confidence=confidence, n_splits=n_splits, audit_data=audit_data,
                          bn_recalibration=resurface, head_refit=resurface, head_relearn=resurface,
                          relearn=resurface, n_jobs=jobs, idi=idi)
     data = {"dataset": dataset, "data_dir": data_dir, "download": download, "data_seed": data_seed}
-    return _audit([original, unlearned, *retrained], spec, data, model=model, layers=layers, config=config,
+    return _audit([original, unlearned, *retrained], spec, data, model=model, layers=layer_list, config=config,
                   device=device, out=out)
 
 
@@ -93,9 +108,8 @@ def _audit(paths: list[Path], spec, data: dict, *, model, layers, config, device
     console = Console()
     m_o, m_u, refs = _models(paths[0], paths[1], paths[2:], model=model, bundle=bundle,
                              split_hash=split.split_hash, console=console)
-    layer_list = [t for t in (layers or "").replace(" ", "").split(",") if t] or None
     try:  # the Python API's audit (uk.audit) on this split; --layers checked before any feature is extracted
-        report = audit_split(m_o, m_u, refs, split, layers=layer_list, config=config, device=dev)
+        report = audit_split(m_o, m_u, refs, split, layers=layers, config=config, device=dev)
     except (KeyError, ValueError) as e:
         raise UserError(str(e).strip("'\"")) from None
     _print_report(report, console)
@@ -119,11 +133,11 @@ def _models(original: Path, unlearned: Path, retrained: list[Path], *, model, bu
     """The three roles' checkpoints; a reference trained on another split is named in a warning."""
     from rich.markup import escape
 
-    m_o, _ = _load(original, "original", model, bundle)
-    m_u, _ = _load(unlearned, "unlearned", model, bundle)
+    m_o, _ = _load(original, "--original", model, bundle)
+    m_u, _ = _load(unlearned, "--unlearned", model, bundle)
     refs = []
     for path in retrained:
-        m_r, meta_r = _load(path, "retrained", model, bundle)
+        m_r, meta_r = _load(path, "--retrained", model, bundle)
         trained_on = (meta_r.get("key") or {}).get("split_hash")
         if trained_on and trained_on != split_hash:
             console.print(f"[yellow]warning: {escape(str(path))} was retrained on split {trained_on}, but this "

@@ -53,6 +53,8 @@ def train_command(
         raise UserError("--retrain needs the forget set: --forget-classes, --forget-random or --forget-indices")
     # the original ignores the forget set: without one, class 0 stands in
     spec = ForgetSpec.from_options(*given) if any(v is not None for v in given) else ForgetSpec(classes=(0,))
+    if lr is not None:
+        validate.learning_rate("--lr", lr)
     validate.output_file("--out", out)  # before training: a model that cannot be saved is lost time
     check_cache_dir("--cache-dir", cache_dir)
     cfg = RunConfig(dataset=dataset, model=model, setting=setting, parties=parties, data_seed=data_seed, seed=seed,

@@ -190,7 +190,7 @@ class _Request:
 def _unlearn(req: _Request):
     """Load data and checkpoint, run the method, measure; returns the result and the checkpoint's meta."""
     from ..api import unlearn_split
-    from ..checkpoints import file_sha256, load_checkpoint
+    from ..checkpoints import file_sha256, load_checkpoint, require_finite
     from ..data.datasets import load_dataset
     from ..data.splits import make_split
     from ..errors import NonFiniteLossError
@@ -204,6 +204,7 @@ def _unlearn(req: _Request):
     source_sha = file_sha256(req.checkpoint)
     net, src_meta = load_checkpoint(req.checkpoint, model_name=req.model, num_classes=bundle.num_classes,
                                     in_channels=bundle.in_channels, image_size=bundle.image_size)
+    require_finite(net, f"--checkpoint {req.checkpoint}")
     arch = src_meta["model"]["name"]
     cls = METHODS.get(req.method)
     if cls.requires_vfl and not is_vfl(net):
@@ -216,6 +217,9 @@ def _unlearn(req: _Request):
         res = unlearn_split(net, unlearner, split, device=req.device, seed=req.seed, progress=req.progress)
     except NonFiniteLossError as e:
         raise UserError(f"{e} (nothing was written)") from None
+    if _unchanged(net, res.model):
+        raise UserError(f"{req.method} left the model bit-identical to {req.checkpoint} with these hyperparameters "
+                        f"(too few epochs or steps, or too small a step?); nothing was written")
     meta = {"kind": "unlearned", "method": req.method, "params": unlearner.params(), "preset": chosen,
             "paper": cls.paper, "source_checkpoint": str(req.checkpoint), "source_sha256": source_sha,
             "source_state_sha256": src_meta.get("sha256"), "source_kind": src_meta.get("kind"),
@@ -225,6 +229,14 @@ def _unlearn(req: _Request):
             "metrics": _accuracies(res.model, split, req.device), "device": str(req.device),
             "wall_s": time.perf_counter() - t_start, **_provenance()}
     return res, meta
+
+
+def _unchanged(before, after) -> bool:
+    """True when ``after`` holds exactly ``before``'s weights (the method did nothing)."""
+    import torch
+
+    a, b = before.state_dict(), after.state_dict()
+    return a.keys() == b.keys() and all(torch.equal(a[k].cpu(), b[k].cpu()) for k in a)
 
 
 def _accuracies(model, split, device) -> dict:

@@ -217,13 +217,50 @@ class _SafeUnpickler(pickle.Unpickler):
         raise UserError(f"refusing to unpickle {module}.{name} from a dataset file (not plain data)")
 
 
-def _read_cifar_batch(path: Path) -> dict:
-    with open(path, "rb") as f:
-        return _SafeUnpickler(io.BytesIO(f.read()), encoding="latin1").load()
+def _read_cifar_batch(path: Path, labels: dict[str, int]) -> dict:
+    """One CIFAR python batch, unpickled safely (:class:`_SafeUnpickler`) and checked: ``data`` a uint8
+    array of N rows of 3x32x32 pixels, each of ``labels`` (key -> class count) N whole numbers in range.
+    A truncated, foreign or misshapen file is a :class:`UserError` naming it."""
+    try:
+        with open(path, "rb") as f:
+            batch = _SafeUnpickler(io.BytesIO(f.read()), encoding="latin1").load()
+    except UserError as e:  # a refused class
+        raise UserError(f"CIFAR batch {path}: {e}") from None
+    except Exception as e:  # EOFError (empty, truncated), UnpicklingError, a numpy state that does not fit...
+        detail = " ".join(str(e).split())[:100]
+        raise UserError(f"CIFAR batch {path} is corrupt or truncated ({type(e).__name__}"
+                        f"{': ' + detail if detail else ''}); download it again") from None
+    return _checked_batch(path, batch, labels)
+
+
+def _checked_batch(path: Path, batch, labels: dict[str, int]) -> dict:
+    """``batch`` with its ``data`` as ``[N, 3072]`` uint8 and its labels as int64 arrays, or a :class:`UserError`."""
+    if not isinstance(batch, dict):
+        raise UserError(f"CIFAR batch {path} holds a {type(batch).__name__}, not a batch (a dict with data, labels)")
+    data = batch.get("data")
+    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim not in (2, 4):
+        what = f"{data.dtype} {data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
+        raise UserError(f"CIFAR batch {path}: 'data' must be uint8 images [N, 3072], not {what}")
+    if data.size == 0 or data.size % 3072 or data.shape[-1] not in (3072, 32):
+        raise UserError(f"CIFAR batch {path}: 'data' of shape {data.shape} is not N >= 1 images of 3x32x32")
+    n = data.size // 3072
+    out = {"data": data.reshape(n, 3072)}
+    for key, k in labels.items():
+        y = np.asarray(batch.get(key, ()))
+        if y.ndim != 1 or len(y) != n or y.dtype.kind not in "iu":
+            raise UserError(f"CIFAR batch {path}: {key!r} must list {n} whole-number labels (one per image), "
+                            f"not {len(y) if y.ndim == 1 else y.shape} {y.dtype} values")
+        bad = y[(y < 0) | (y >= k)]
+        if len(bad):
+            raise UserError(f"CIFAR batch {path}: {key!r} holds the label {int(bad[0])}, outside 0..{k - 1}")
+        out[key] = y.astype(np.int64)
+    return out
 
 
 def _cifar(name: str, root: Path, download: bool, *, folder: str, files_train: list[str], files_test: list[str],
-           tv_cls: str) -> tuple[dict, dict]:
+           tv_cls: str, labels: dict[str, int]) -> tuple[dict, dict]:
+    """Train and test batches of a CIFAR dataset from ``root/folder`` (downloaded when allowed and missing);
+    ``labels``: each label key and its class count."""
     base = root / folder
     if not all((base / f).exists() for f in files_train + files_test):
         if not download:
@@ -234,11 +271,10 @@ def _cifar(name: str, root: Path, download: bool, *, folder: str, files_train: l
         getattr(tvd, tv_cls)(str(root), train=False, download=True)
 
     def read(files):
-        parts = [_read_cifar_batch(base / f) for f in files]
+        parts = [_read_cifar_batch(base / f, labels) for f in files]
         out = {"data": np.concatenate([p["data"] for p in parts]).reshape(-1, 3, 32, 32)}
-        for key in ("labels", "fine_labels", "coarse_labels"):
-            if key in parts[0]:
-                out[key] = np.concatenate([np.asarray(p[key]) for p in parts]).astype(np.int64)
+        for key in labels:
+            out[key] = np.concatenate([p[key] for p in parts])
         return out
 
     return read(files_train), read(files_test)
@@ -250,14 +286,15 @@ CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog
 @register_dataset("cifar10", "CIFAR-10, 50k/10k 32x32 (torchvision, from --data-dir)")
 def load_cifar10(root: Path, download=False, data_seed: int = 0) -> DatasetBundle:
     tr, te = _cifar("cifar10", root, download, folder="cifar-10-batches-py",
-                    files_train=[f"data_batch_{i}" for i in range(1, 6)], files_test=["test_batch"], tv_cls="CIFAR10")
+                    files_train=[f"data_batch_{i}" for i in range(1, 6)], files_test=["test_batch"], tv_cls="CIFAR10",
+                    labels={"labels": 10})
     return _bundle("cifar10", (tr["data"], tr["labels"]), (te["data"], te["labels"]), stats=CIFAR10_STATS,
                    classes=CIFAR10_CLASSES, augment=Augment(4, True), data_seed=data_seed)
 
 
 def _cifar100(root: Path, download: bool, data_seed: int, label: str) -> DatasetBundle:
     tr, te = _cifar("cifar100", root, download, folder="cifar-100-python", files_train=["train"], files_test=["test"],
-                    tv_cls="CIFAR100")
+                    tv_cls="CIFAR100", labels={"fine_labels": 100, "coarse_labels": 20})
     ncls = 100 if label == "fine" else 20
     aux_tr = {"fine": tr["fine_labels"], "coarse": tr["coarse_labels"]}
     aux_te = {"fine": te["fine_labels"], "coarse": te["coarse_labels"]}

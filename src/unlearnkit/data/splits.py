@@ -59,7 +59,9 @@ class ForgetSpec:
             return cls(classes=tuple(parsed))
         if random is not None:
             return cls(random=validate.forget_random("--forget-random", random))
-        return cls(indices_file=str(validate.input_file("--forget-indices", indices_file)))
+        path = validate.input_file("--forget-indices", indices_file)
+        read_indices(path)  # its content (whole numbers or a boolean mask) now; the range once the data is known
+        return cls(indices_file=str(path))
 
     @property
     def kind(self) -> str:
@@ -134,7 +136,10 @@ class UnlearningSplit:
 
 
 def read_indices(path: str | Path) -> np.ndarray:
-    """Integers from a ``.npy`` file (no pickles) or a text file (whitespace/comma separated)."""
+    """The forget set a file lists: whole-number indices (int64) from a ``.npy`` file (no pickles) or a
+    text file (whitespace/comma separated), or a boolean mask (a ``.npy`` of dtype bool, returned as
+    bool: one entry per training sample, :func:`make_split` checks its length). Floats, complex
+    numbers, text, structured records and values beyond int64 are a :class:`UserError` naming the file."""
     p = Path(path).expanduser()
     if not p.is_file():
         raise UserError(f"forget indices file {p} does not exist")
@@ -142,11 +147,32 @@ def read_indices(path: str | Path) -> np.ndarray:
         if p.suffix == ".npy":
             arr = np.load(p, allow_pickle=False)
         else:
-            text = p.read_text().replace(",", " ").split()
-            arr = np.asarray([int(t) for t in text], dtype=np.int64)
-    except (ValueError, OSError) as e:
-        raise UserError(f"cannot read forget indices from {p}: {e}") from None
-    return np.asarray(arr, dtype=np.int64).ravel()
+            arr = np.asarray([int(t) for t in p.read_text().replace(",", " ").split()], dtype=object)
+    except (ValueError, OSError, EOFError) as e:  # not numbers, not a .npy file, truncated, not UTF-8 text
+        detail = " ".join(str(e).split())[:120] or type(e).__name__
+        raise UserError(f"cannot read forget indices from {p}: {detail} (give whole numbers)") from None
+    arr = np.asarray(arr).ravel()
+    if arr.dtype == bool:
+        return arr
+    if arr.dtype.names is not None or arr.dtype.kind not in "iuO":
+        raise UserError(f"forget indices file {p} holds {arr.dtype} values; give whole-number indices "
+                        f"(or a boolean mask, one entry per training sample)")
+    huge = [int(v) for v in (arr.max(), arr.min()) if abs(int(v)) > np.iinfo(np.int64).max] if arr.size else []
+    if huge:
+        raise UserError(f"forget indices file {p} holds the index {huge[0]}, far beyond any dataset")
+    return arr.astype(np.int64)
+
+
+def _forget_from_file(path: str, n: int) -> np.ndarray:
+    """The sorted unique forget indices a file gives (:func:`read_indices`); a boolean mask must have
+    one entry per training sample (``n``)."""
+    got = read_indices(path)
+    if got.dtype == bool:
+        if len(got) != n:
+            raise UserError(f"forget indices file {path} holds a boolean mask of {len(got)} entries, but the "
+                            f"training split has {n} samples (a mask needs one entry per sample)")
+        return np.flatnonzero(got)
+    return np.unique(got)
 
 
 def split_hash(bundle: DatasetBundle, forget_indices: np.ndarray, extra: dict | None = None) -> str:
@@ -177,12 +203,13 @@ def make_split(bundle: DatasetBundle, spec: ForgetSpec, seed: int = 0) -> Unlear
             raise UserError(f"--forget-random {r:g} selects all {n} training samples: nothing would remain")
         forget = np.sort(np.random.RandomState(seed).choice(n, count, replace=False))
     else:
-        forget = np.unique(read_indices(spec.indices_file))
+        forget = _forget_from_file(spec.indices_file, n)
         if len(forget) == 0:
             raise UserError(f"forget indices file {spec.indices_file} holds no index: the forget set is empty")
         if forget.min() < 0 or forget.max() >= n:
-            raise UserError(f"forget index {int(forget.max() if forget.max() >= n else forget.min())} is out of "
-                            f"range: {bundle.name} has {n} training samples (0..{n - 1})")
+            raise UserError(f"forget index {int(forget.max() if forget.max() >= n else forget.min())} in "
+                            f"{spec.indices_file} is out of range: {bundle.name} has {n} training samples "
+                            f"(0..{n - 1})")
         if len(forget) >= n:
             raise UserError("the forget indices cover every training sample: nothing would remain")
     if len(forget) == 0:

@@ -114,6 +114,8 @@ POSITIVE = Interval(0, None, "right")
 NON_NEGATIVE = Interval(0, None)
 #: a whole count >= 1
 AT_LEAST_ONE = Interval(1, None)
+#: a learning rate: > 0, and small enough for a float32 weight update not to overflow
+LEARNING_RATE = Interval(0, validate.MAX_LR, "right")
 #: a number in [0, 1] (momentum, a fraction that may be empty or whole)
 UNIT = Interval(0, 1)
 #: a fraction in (0, 1), both ends excluded
@@ -157,17 +159,24 @@ def float_range(low: float, high: float) -> Search:
 #: ``mirage_batch_size``, ``low_epochs``, ``luv_weight_decay``); a method's own ``CONSTRAINTS`` entry
 #: for a field replaces the shared one.
 SHARED_CONSTRAINTS: dict[str, Interval] = {
-    "lr": POSITIVE, "batch_size": AT_LEAST_ONE, "epochs": NON_NEGATIVE,
+    "lr": LEARNING_RATE, "batch_size": AT_LEAST_ONE, "epochs": NON_NEGATIVE,
     "momentum": UNIT, "weight_decay": NON_NEGATIVE,
 }
+#: Rules for a field of exactly this name, before the shared ones: a method whose whole work is its
+#: ``epochs`` loop would return the model unchanged at 0 (a method that changes the model before its
+#: loop, e.g. by re-initialising weights, declares ``CONSTRAINTS = {"epochs": NON_NEGATIVE}``)
+EXACT_CONSTRAINTS: dict[str, Interval] = {"epochs": AT_LEAST_ONE}
 
 
 def constraint_of(cls: type, name: str) -> Interval | None:
     """The :class:`Interval` a method's field ``name`` must lie in: its own ``CONSTRAINTS`` entry, else the
-    shared rule for that name (:data:`SHARED_CONSTRAINTS`), else ``None``."""
+    rule for exactly that name (:data:`EXACT_CONSTRAINTS`), else the shared rule for that name or its
+    ``*_<name>`` suffix (:data:`SHARED_CONSTRAINTS`), else ``None``."""
     own = getattr(cls, "CONSTRAINTS", {})
     if name in own:
         return own[name]
+    if name in EXACT_CONSTRAINTS:
+        return EXACT_CONSTRAINTS[name]
     for key, rule in SHARED_CONSTRAINTS.items():
         if name == key or name.endswith(f"_{key}"):
             return rule
@@ -242,9 +251,10 @@ class UnlearningMethod:
         Every field against its annotation (a string where a number belongs, NaN or inf, 1.5 for an
         integer: one :class:`UserError` line naming the method and field), then ``CHOICES``, then each
         field's :class:`Interval` (:func:`constraint_of`: the method's ``CONSTRAINTS``, else the rule
-        every method shares by name: ``lr``/``*_lr`` > 0, ``batch_size``/``*_batch_size`` >= 1,
-        ``epochs``/``*_epochs`` >= 0, ``momentum`` in [0, 1], ``weight_decay``/``*_weight_decay`` >= 0),
-        then the method's own :meth:`check`."""
+        every method shares by name: ``lr``/``*_lr`` > 0 (and at most :data:`unlearnkit.validate.MAX_LR`),
+        ``batch_size``/``*_batch_size`` >= 1, ``epochs`` >= 1, ``*_epochs`` >= 0 but not all 0 in a method
+        of phases without ``epochs`` (COLA, UNSIR: it would change nothing), ``momentum`` in [0, 1],
+        ``weight_decay``/``*_weight_decay`` >= 0), then the method's own :meth:`check`."""
         validate.dataclass_fields(self, f"{self.name}: ")
         for key, allowed in {"bn_mode": BN_MODES, **self.CHOICES}.items():
             if hasattr(self, key):
@@ -253,7 +263,18 @@ class UnlearningMethod:
             rule = constraint_of(type(self), f.name)
             if rule is not None:
                 rule.check(f"{self.name}: {f.name}", getattr(self, f.name))
+        self._check_some_epochs()
         self.check()
+
+    def _check_some_epochs(self) -> None:
+        """A method of phases (``*_epochs``, no ``epochs``) with every phase at 0 epochs would return the
+        model unchanged: a :class:`UserError` naming them."""
+        names = {f.name for f in fields(self)}
+        phases = sorted(n for n in names if n.endswith("_epochs") and isinstance(getattr(self, n), int)
+                        and constraint_of(type(self), n) is SHARED_CONSTRAINTS["epochs"])
+        if phases and "epochs" not in names and all(getattr(self, n) == 0 for n in phases):
+            raise UserError(f"{self.name}: {' and '.join(f'{n}' for n in phases)} are all 0, so the method would "
+                            f"leave the model unchanged; give at least one of them >= 1")
 
     def check(self) -> None:
         """A method's own constraints that involve several hyperparameters; raise :class:`UserError`."""

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .base import UnlearningMethod, UnlearnResult, register_method
+from .base import NON_NEGATIVE, UnlearningMethod, UnlearnResult, register_method
 from .common import descend, set_lr, sgd
 
 
@@ -71,6 +71,7 @@ class ConvTranspose(UnlearningMethod):
     PRESETS = {"reference": {},
                "small": {"lr": 0.01, "epochs": 3},
                "test": {"lr": 0.01, "epochs": 1, "batch_size": 128}}
+    CONSTRAINTS = {"epochs": NON_NEGATIVE}  # 0 epochs still changes the model (its edit before the loop)
 
     lr: float = 0.001
     epochs: int = 3

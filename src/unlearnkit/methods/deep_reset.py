@@ -207,7 +207,8 @@ class DeepReset(UnlearningMethod):
     PRESETS = {"reference": {},
                "small": {},
                "test": {"epochs": 1, "batch_size": 128}}
-    CONSTRAINTS = {"distill": NON_NEGATIVE, "temperature": POSITIVE}
+    CONSTRAINTS = {"distill": NON_NEGATIVE, "temperature": POSITIVE,
+                   "epochs": NON_NEGATIVE}  # 0 epochs still resets the layers
     SEARCH_SPACE = {"lr": log_range(0.005, 0.2), "epochs": int_range(2, 10), "batch_size": int_range(32, 256),
                     "weight_decay": float_range(0.0, 1e-3)}
 

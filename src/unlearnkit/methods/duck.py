@@ -92,7 +92,8 @@ class DUCK(UnlearningMethod):
     CONSTRAINTS = {"milestones": NON_NEGATIVE, "gamma": Interval(0, 1, "right"),
                    "batch_fgt_ret_ratio": NON_NEGATIVE, "lambda_fgt": NON_NEGATIVE,
                    "lambda_ret": NON_NEGATIVE, "temperature": POSITIVE, "centroid_batches": AT_LEAST_ONE,
-                   "target_accuracy": UNIT, "label_smoothing": UNIT, "low_hr_retain_batches": AT_LEAST_ONE}
+                   "target_accuracy": UNIT, "label_smoothing": UNIT, "low_hr_retain_batches": AT_LEAST_ONE,
+                   "epochs": NON_NEGATIVE}  # 0 epochs still changes the model (its edit before the loop)
 
     lr: float = 4e-4
     weight_decay: float = 0.0

@@ -82,7 +82,8 @@ class ForgetContrastStrengthen(UnlearningMethod):
                "small@mnist5k": {"forget_lr": 0.002},
                "test": {"epochs": 1, "batch_size": 128, "forget_lr": 0.005}}
     # the contrast temperature > 0; the cosine floor >= 0
-    CONSTRAINTS = {"temperature": POSITIVE, "eta_min": NON_NEGATIVE}
+    # 0 epochs still changes the model (its edit before the loop)
+    CONSTRAINTS = {"temperature": POSITIVE, "eta_min": NON_NEGATIVE, "epochs": NON_NEGATIVE}
 
     epochs: int = 8
     batch_size: int = 256

@@ -47,7 +47,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..data.arrays import ArrayData
-from .base import UNIT, UnlearningMethod, UnlearnResult, register_method
+from .base import NON_NEGATIVE, UNIT, UnlearningMethod, UnlearnResult, register_method
 from .common import batches, check_finite, descend, randn_like, set_lr, set_train_mode, sgd
 
 
@@ -142,7 +142,7 @@ class MaskedSmallGradients(UnlearningMethod):
                "small": {"lr": 0.01, "epochs": 3, "init_rate": 0.6},
                "test": {"lr": 0.01, "epochs": 1, "batch_size": 128, "init_rate": 0.6}}
     # the re-initialised fraction of every conv weight and the kept weights' gradient factor are fractions
-    CONSTRAINTS = {"init_rate": UNIT, "kept_grad_scale": UNIT}
+    CONSTRAINTS = {"init_rate": UNIT, "kept_grad_scale": UNIT, "epochs": NON_NEGATIVE}  # 0: the re-initialisation alone
 
     lr: float = 0.001
     epochs: int = 5

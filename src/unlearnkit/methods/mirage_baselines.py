@@ -219,7 +219,8 @@ class UNSIRMirage(UnlearningMethod):
     needs = frozenset({"forget", "retain"})
     not_distributed = "its ascent, weight-noise and repair phases run their own clipped loops"
     PRESETS = {**PLAIN, "test": {"epochs": 1}}
-    CONSTRAINTS = {"weight_noise": NON_NEGATIVE, "clip": POSITIVE}  # a noise std, a gradient-norm bound
+    # a noise std, a gradient-norm bound; 0 epochs still adds the weight noise
+    CONSTRAINTS = {"weight_noise": NON_NEGATIVE, "clip": POSITIVE, "epochs": NON_NEGATIVE}
 
     lr: float = 1e-3
     epochs: int = 5
