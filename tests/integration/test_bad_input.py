@@ -230,14 +230,25 @@ DOMAIN = [
 @pytest.mark.parametrize("command,extra,names", DOMAIN, ids=[f"{c}:{' '.join(e)}" for c, e, _ in DOMAIN])
 def test_out_of_domain_values_are_refused(command, extra, names, files, guard, tmp_path):
     out = tmp_path / "out"
-    args = baseline(command, files, out)
-    for opt in extra:
-        if opt in FORGET and "--forget-classes" in args and opt != "--forget-classes" and \
-                "exactly one" not in names:
-            i = args.index("--forget-classes")
-            del args[i:i + 2]
-    result = runner.invoke(app, args + extra)
+    result = runner.invoke(app, with_options(baseline(command, files, out), extra, keep_forget="exactly one" in names))
     assert_refused(result, out, names)
+
+
+def with_options(args: list[str], extra: list[str], keep_forget: bool = False) -> list[str]:
+    """``args`` + ``extra``, each option of ``extra`` replacing the baseline's (a repeated option is an
+    error of its own); another forget option is dropped too unless ``keep_forget``."""
+    given = {t for t in extra if t.startswith("--")}
+    drop = set(given)
+    if given & set(FORGET) and not keep_forget:
+        drop |= set(FORGET)
+    out, i = [], 0
+    while i < len(args):
+        if args[i] in drop:
+            i += 2
+            continue
+        out.append(args[i])
+        i += 1
+    return out + extra
 
 
 # --- run --config: wrongly typed YAML values -------------------------------------------------
@@ -503,7 +514,7 @@ def test_devices_this_build_cannot_use_are_refused_before_any_write(command, dev
     """``--device meta`` / ``mps`` / a GPU this machine lacks: one line, and no store (tune, bench), no
     checkpoint, no folder written first."""
     out = tmp_path / "out"
-    result = runner.invoke(app, baseline(command, files, out) + ["--device", device])
+    result = runner.invoke(app, with_options(baseline(command, files, out), ["--device", device]))
     assert_refused(result, out, "--device")
 
 
@@ -563,7 +574,7 @@ MORE_DOMAIN = [
 @pytest.mark.parametrize("command,extra,names", MORE_DOMAIN, ids=[f"{c}:{' '.join(e)}" for c, e, _ in MORE_DOMAIN])
 def test_more_out_of_domain_values_are_refused(command, extra, names, files, guard, tmp_path):
     out = tmp_path / "out"
-    result = runner.invoke(app, baseline(command, files, out) + extra)
+    result = runner.invoke(app, with_options(baseline(command, files, out), extra))
     assert_refused(result, out, names)
 
 
