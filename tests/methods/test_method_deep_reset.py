@@ -144,6 +144,6 @@ def test_a_users_plain_sequential_model_through_the_python_api():
     x = torch.rand(60, 1, 8, 8)
     y = torch.arange(60) % 3
     f = y == 2
-    out = uk.unlearn(net, "deep_reset", forget=(x[f], y[f]), retain=(x[~f], y[~f]), epochs=1, batch_size=16)
+    out = uk.unlearn(net, "deep_reset", forget=(x[f], y[f]), retain=(x[~f], y[~f]), epochs=1, batch_size=16).model
     assert torch.equal(out[0].weight, net[0].weight)
     assert not torch.equal(out[2].weight, net[2].weight) and not torch.equal(out[5].weight, net[5].weight)
