@@ -254,7 +254,7 @@ class Auditor:
             self._outputs = outputs
         return self._outputs
 
-    def audit(self, unlearned):
+    def audit(self, unlearned) -> AuditResult | list[AuditResult]:
         """The audit of ``unlearned`` (a model, or a list of them: a list of results, in order) against the
         original and the references; returns an :class:`AuditResult` (``.verdict``, ``.evidence``,
         ``.save(dir)``). Every model is checked before any is audited."""
@@ -282,7 +282,8 @@ def _one_class_count(counts: list[int]) -> int:
 
 def audit(original: nn.Module, unlearned, retrained, *, forget, retain, test, layers: Sequence[str] | None = None,
           config: AuditConfig | None = None, device: str | None = None, progress: bool = True,
-          input_key: str | None = None, label_key: str | None = None, **config_overrides):
+          input_key: str | None = None, label_key: str | None = None,
+          **config_overrides) -> AuditResult | list[AuditResult]:
     """Did ``unlearned`` really forget ``forget``? The representation audit of the user's models on the user's data.
 
     Compares ``unlearned`` with ``original`` and with models retrained without ``forget``, layer by layer,
@@ -318,7 +319,8 @@ def audit(original: nn.Module, unlearned, retrained, *, forget, retain, test, la
     """
     from ..checkpoints import require_finite_models
 
-    require_finite_models(original=original, unlearned=unlearned, retrained=retrained)  # NaN weights: now, named
+    # NaN weights of the original or a reference: refused now, named (a broken unlearned model is "collapsed")
+    require_finite_models(original=original, retrained=retrained)
     _unlearned(unlearned)
     auditor = Auditor(original, retrained, forget=forget, retain=retain, test=test, layers=layers, config=config,
                       device=device, progress=progress, input_key=input_key, label_key=label_key,
