@@ -167,8 +167,8 @@ def main() -> None:
     n_fits = 3 * sum(r.lpr_splits for r in probed)
     print(f"the rest is CPU work forward passes do not have: {n_fits} probe fits (3 models x the resplits of "
           f"{len(probed)} layers x audit data, at most {3 * len(probed) * cfg.n_splits}), held-out LDA AUROC "
-          f"(whitenings: {3 * sum(r.auroc_splits for r in probed)}), {cfg.n_bootstrap}-draw Mahalanobis "
-          f"bootstraps, CKA, k-NN, MIA, resurfacing")
+          f"(whitenings: {3 * sum(r.auroc_splits for r in probed)}), separability (U, leave-one-out), "
+          f"CKA, k-NN, MIA, resurfacing")
     print("adaptive resplitting (resplits used per layer, ΔAUROC / ΔLPR): " + ", ".join(
         f"{d} {r.layer} {r.auroc_splits}/{r.lpr_splits}" for d, rs in rep.layers.items() for r in rs if r.probed))
     if a.ab_probe_processes:

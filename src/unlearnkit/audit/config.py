@@ -111,7 +111,7 @@ class AuditConfig:
     where it actually stopped (whichever, however chosen from the data) misses with at most that
     probability; each look's interval is the corrected-t interval at its own level, as valid as the
     fixed design's. The separability ratio, which the verdict reads, is not resampled this way: its
-    bootstrap draws are the fixed ``n_bootstrap``.
+    interval is analytic (:func:`unlearnkit.metrics.lda.ratio_interval`).
 
     **CKA** (reported, not read by the verdict). ``center=True``: Kornblith's centered linear CKA
     on *standardised* units (each unit mean 0, variance 1), so rescaling or permuting units does not
@@ -131,12 +131,16 @@ class AuditConfig:
     ``min_forget`` (10): below it nothing is certified (a 70/30 split leaves <= 3 held-out forget
     rows; balanced accuracy then moves in steps of >= 16 points).
 
-    **The verdict's statistic (representation).** Per layer, the separability ratio
-    D²_unlearned / D²_retrain of the Mahalanobis (LDA-form) Fisher separability
-    D² = Δμᵀ (Σ_w + ``separability_ridge`` Σ_t)⁺ Δμ (:mod:`unlearnkit.metrics.lda`), with a paired
-    stratified bootstrap percentile interval of ``n_bootstrap`` (2000) draws. It is invariant to any
-    function-preserving reparametrisation of the network (per-unit rescaling, permutation, invertible
-    mixing of units that the next linear layer compensates) and it does not saturate.
+    **The verdict's statistic (representation).** Per layer, the separability ratio U_unlearned / U_retrain,
+    where U is the Gaussian-unbiased Mahalanobis distance Δ² = Δμᵀ Σ_w⁻¹ Δμ of forget vs retained features
+    (:func:`unlearnkit.metrics.lda.unbiased_separability`), with an interval from its noncentral-F variance and the
+    models' jackknife correlations (:func:`unlearnkit.metrics.lda.ratio_interval`; coverage measured by
+    ``benchmarks/audit_coverage.py``). It is invariant to any function-preserving reparametrisation of the
+    network (per-unit rescaling by any factor, permutation, invertible mixing of units that the next linear
+    layer compensates); groups separated without overlap are reported as such ("separated"), never as a
+    large finite number, and a layer where the references' own U is not clearly positive, or where there
+    are too few rows for the dimension, is "cannot decide". Two-sided: a ratio below 1/tolerance is a
+    deviation too.
 
     Reported beside it, read by no rule: ΔAUROC, the held-out AUROC (points) of the same LDA
     discriminant fitted on each resplit's 70 % and read on its 30 % (threshold-free: Mirage's balanced
@@ -227,9 +231,7 @@ class AuditConfig:
     auroc_margin: float = 5.0
     separability_margin: float = 2.0
     separability_floor: float = 1.5
-    separability_ridge: float = 0.01
     spread_factor: float = 2.0
-    n_bootstrap: int = 2000
     # --- output-level verdicts -----------------------------------------------------------------
     collapse_margin: float = 20.0
     not_forgotten_margin: float = 10.0
@@ -293,19 +295,16 @@ class AuditConfig:
                 raise UserError(f"{name} is a ratio to retrain and must be >= 1")
         if self.n_jobs is not None and not (self.n_jobs == -1 or self.n_jobs >= 1):
             raise UserError(f"n_jobs (--jobs) must be -1 (every core) or >= 1, not {self.n_jobs}")
-        if self.n_bootstrap < 1000:
-            raise UserError(f"n_bootstrap must be at least 1000 (the suppressed flag corrects for 2 x layers "
-                            f"comparisons: p-values below 0.005 need that resolution), got {self.n_bootstrap}")
         if not self.head_relearn_lr > 0:
             raise UserError(f"head_relearn_lr must be > 0, got {self.head_relearn_lr}")
-        for name in ("auroc_margin", "lpr_margin", "spread_factor", "collapse_margin", "separability_ridge",
+        for name in ("auroc_margin", "lpr_margin", "spread_factor", "collapse_margin",
                      "not_forgotten_margin", "resurface_margin", "head_refit_margin"):
             if not getattr(self, name) >= 0:  # NaN fails too
                 raise UserError(f"{name} must be >= 0")
         for name in ("cka_max_samples", "max_probe_samples", "sample_level_max_per_side", "min_forget",
                      "knn_k", "bn_samples", "resurface_max_forget", "relearn_k", "relearn_steps",
                      "head_refit_shots", "head_refit_draws", "head_refit_max_retain",
-                     "batch_size", "n_bootstrap", "min_test_forget", "idi_trials", "idi_steps",
+                     "batch_size", "min_test_forget", "idi_trials", "idi_steps",
                      "idi_batch_size", "idi_max_per_side"):
             if getattr(self, name) < 1:
                 raise UserError(f"{name} must be >= 1")

@@ -4,10 +4,11 @@ Two families of numbers per layer, each model measured on the same J resplits:
 
 * **the invariant statistics**, unchanged by any function-preserving reparametrisation of the
   network (per-unit rescaling, permutation, invertible mixing of units compensated by the next
-  linear layer), from :mod:`unlearnkit.metrics.lda`: the separability ratio
-  D²_unlearned / D²_retrain of the Mahalanobis (LDA-form) Fisher separability, which the verdict
-  reads, with a paired stratified bootstrap percentile interval (``n_bootstrap`` draws, the same
-  rows for every model; its draws are kept for p-values); and, reported beside it, ΔAUROC
+  linear layer), from :mod:`unlearnkit.metrics.lda`: the separability ratio U_unlearned / U_retrain
+  of the Gaussian-unbiased Mahalanobis distance (:func:`~unlearnkit.metrics.lda.unbiased_separability`), which
+  the verdict reads, with an interval from U's noncentral-F variance and the models' jackknife
+  correlations on the same rows (:func:`~unlearnkit.metrics.lda.ratio_interval`; its coverage is
+  measured by ``benchmarks/audit_coverage.py``); and, reported beside it, ΔAUROC
   (unlearned − retrain, points) of the held-out LDA discriminant, paired over the J resplits with a
   corrected-t interval. Both for the unlearned model and for the original (the positive control);
 * **Mirage's numbers, reported as the paper defines them** (reference-specs §2.5) and read by no
@@ -24,13 +25,12 @@ intervals are clear of its tolerance on either side. Every model of the layer (u
 each reference) gets the same resplits, so the differences stay paired; each look's interval is at
 confidence 1 − (1 − ``confidence``) / L over the L looks, which keeps the reported interval's
 coverage at ``confidence`` (Bonferroni over the looks; :class:`~unlearnkit.audit.config.AuditConfig`
-says why). These numbers are reported only; the separability ratio the verdict reads always uses
-its ``n_bootstrap`` draws.
+says why). These numbers are reported only; the separability ratio the verdict reads is computed once
+per model from all rows.
 """
 from __future__ import annotations
 
 import math
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -38,19 +38,17 @@ import numpy as np
 import torch
 
 from ..metrics import cka_subsample_indices, fisher_separability, linear_cka
-from ..metrics.lda import heldout_auroc
+from ..metrics.lda import Separability, heldout_auroc, ratio_interval, unbiased_separability
 from .config import AuditConfig
 from .context import AuditContext, ForwardPasses
 from .data import AuditData
 from .probing import (
     ProbeScores,
-    bootstrap_weights,
     clear_of,
     finite,
     joined,
     look_confidence,
     looks,
-    mahalanobis_draws,
     make_splits,
     masks,
     on_gpu,
@@ -78,6 +76,7 @@ class Interval:
     se: float = math.nan
     df: int = 0
     draws: np.ndarray | None = field(default=None, repr=False, compare=False)  # bootstrap, log scale
+    status: str = "ok"        # separability ratio: "ok", "separated", or why no ratio is defined
 
     def as_list(self) -> list:
         return [self.low, self.high]
@@ -141,8 +140,11 @@ class _Model:
     separability: float = math.nan
     scores: ProbeScores | None = None  # the probe on the first len(scores.bacc) resplits
     auroc: np.ndarray | None = None    # held-out LDA AUROC on the first len(auroc) resplits, percent
-    d2: float = math.nan               # Mahalanobis separability D²
-    d2_draws: np.ndarray | None = None  # D² of every bootstrap draw
+    sep: Separability | None = None    # the verdict's separability (U, its variance, leave-one-out values)
+
+    @property
+    def d2(self) -> float:
+        return math.nan if self.sep is None else self.sep.value
 
     def computed(self, stat: str) -> int:
         """How many resplits of ``stat`` ("auroc" or "lpr") are computed."""
@@ -161,11 +163,12 @@ class _Model:
             self.scores = more if self.scores is None else joined([self.scores, more])
 
 
-def _per_model(m: _Model, y: np.ndarray, boot, config: AuditConfig) -> None:
-    """Mirage's F, and the Mahalanobis D² with its bootstrap draws, of one model (a job of
+def _per_model(m: _Model, y: np.ndarray) -> None:
+    """Mirage's F, and the separability U with its variance and leave-one-out values
+    (:func:`unlearnkit.metrics.lda.unbiased_separability`), of one model (a job of
     :func:`~unlearnkit.audit.probing.run_parallel`)."""
     m.separability = fisher_separability(m.x, y)
-    m.d2, m.d2_draws = mahalanobis_draws(m.x, y, boot, config)
+    m.sep = unbiased_separability(m.x, y)
 
 
 def _models(data: AuditData, passes: ForwardPasses, ctx: AuditContext) -> tuple[dict[str, list[_Model]], list]:
@@ -203,11 +206,10 @@ def measure_data(data: AuditData, passes: ForwardPasses, ctx: AuditContext) -> l
     y = data.is_forget
     probed = data.n_forget >= MIN_PROBE_PER_SIDE and data.n_retain >= MIN_PROBE_PER_SIDE
     models, fresh = _models(data, passes, ctx)
-    with one_thread(), ThreadPoolExecutor(1) as side:  # the bootstrap's draws are made beside the probes
-        boot = side.submit(ctx.cached, ctx.split, ("bootstrap", data.name), lambda: bootstrap_weights(y, config))
+    with one_thread():
         splits = make_splits(y, config) if probed else []
         stops = resplit(models, y, splits, config, ctx.device) if probed else {}
-        run_parallel([partial(_per_model, m, y, boot.result(), config) for m in fresh], config)
+        run_parallel([partial(_per_model, m, y) for m in fresh], config)
         return run_parallel([partial(_layer_result, layer, data, models[layer], splits, stops.get(layer), config)
                              for layer in passes.layers], config)
 
@@ -331,19 +333,14 @@ def _interval(d: np.ndarray, splits, n: int, config: AuditConfig) -> Interval:
     return Interval(mean, lo, hi, se, d.size - 1)
 
 
-def _ratio_interval(d_u: float, draws_u: np.ndarray | None, d_refs: list[float],
-                    draws_refs: list[np.ndarray | None], config: AuditConfig) -> Interval:
-    """D²_u / mean D²_refs with the paired bootstrap percentile interval (the same resampled rows for
-    every model, so it reflects the sampling noise of the audit data, not seed-to-seed variation:
-    that is the tolerance's job). The sorted log-ratio draws are kept for the verdict's p-values."""
-    d_r = float(np.mean(d_refs))
-    ratio = d_u / d_r if d_r > 0 else math.inf
-    if draws_u is None or any(d is None for d in draws_refs):
-        return Interval(ratio, math.nan, math.nan)
-    log_draws = np.log(np.maximum(draws_u, 1e-300)) - np.log(np.maximum(np.mean(draws_refs, axis=0), 1e-300))
-    alpha = 100.0 * (1.0 - config.confidence) / 2.0
-    lo, hi = np.percentile(log_draws, [alpha, 100.0 - alpha])
-    return Interval(ratio, math.exp(lo), math.exp(hi), float(np.std(log_draws, ddof=1)), 0, np.sort(log_draws))
+def _ratio_interval(s_u: Separability, s_refs: list[Separability], y: np.ndarray,
+                    config: AuditConfig) -> Interval:
+    """U_u / mean U_refs with its ``confidence`` interval (:func:`unlearnkit.metrics.lda.ratio_interval`:
+    the sampling noise of the audit data, every model measured on the same rows; seed-to-seed variation
+    is the tolerance's job). ``se`` is on the log scale (normal, ``df`` = rows − 2); ``status`` says
+    when no ratio is defined."""
+    r = ratio_interval(s_u, s_refs, y, config.confidence)
+    return Interval(r.value, r.low, r.high, r.se, max(y.size - 2, 1), None, r.status)
 
 
 def _standardised(x: np.ndarray) -> np.ndarray:
@@ -387,16 +384,16 @@ def _layer_result(layer: str, data: AuditData, ms: list[_Model], splits, stops: 
         return res
     res.probed = True
     # the verdict's statistic: the Mahalanobis separability ratio with its bootstrap draws
-    d_refs, draws_refs = [m.d2 for m in m_refs], [m.d2_draws for m in m_refs]
+    d_refs, s_refs = [m.d2 for m in m_refs], [m.sep for m in m_refs]
     res.mahalanobis, res.mahalanobis_original = m_u.d2, m_o.d2
     res.mahalanobis_retrained = float(np.mean(d_refs))
     res.mahalanobis_refs = [float(d) for d in d_refs]
-    res.separability_ratio = _ratio_interval(m_u.d2, m_u.d2_draws, d_refs, draws_refs, config)
-    res.separability_ratio_original = _ratio_interval(m_o.d2, m_o.d2_draws, d_refs, draws_refs, config)
-    if len(m_refs) > 1:  # each reference against the mean of the others: what a retrain looks like
+    res.separability_ratio = _ratio_interval(m_u.sep, s_refs, y, config)
+    res.separability_ratio_original = _ratio_interval(m_o.sep, s_refs, y, config)
+    if len(m_refs) > 1 and all(d > 0 and math.isfinite(d) for d in d_refs):  # each reference vs the others
         k = len(m_refs)
-        res.ref_spread_separability = float(max(abs(math.log(max(d_refs[i], 1e-300) / max(
-            float(np.mean([d_refs[j] for j in range(k) if j != i])), 1e-300))) for i in range(k)))
+        res.ref_spread_separability = float(max(abs(math.log(d_refs[i] / float(np.mean(
+            [d_refs[j] for j in range(k) if j != i])))) for i in range(k)))
     _resplit_numbers(res, ms, splits, stops, config)
     return res
 
@@ -436,7 +433,8 @@ def assign_margins(results: dict[str, list[LayerResult]], n_refs: int, config: A
     family = sum(1 for rs in results.values() for r in rs if r.probed)
     for rs in results.values():
         for r in rs:
-            logs = [math.log(max(d, 1e-300)) for d in r.mahalanobis_refs]
+            defined = all(math.isfinite(d) and d > 0 for d in r.mahalanobis_refs)
+            logs = [math.log(d) if defined else math.nan for d in r.mahalanobis_refs]
             tol = separability_tolerance(logs, family, sample_level, calibrated_on, config)
             r.tolerance, r.separability_margin = tol, tol.value
             r.margin_source = tol.describe()

@@ -37,7 +37,6 @@ from scipy.special import expit
 from scipy.stats import rankdata
 from threadpoolctl import threadpool_limits
 
-from ..metrics.lda import within_whitening
 from ..metrics.logistic import balanced_accuracy_auroc, fit_logistic_resplits
 from ..metrics.probes import paired_interval as _paired_interval
 from ..metrics.probes import paired_se, stratified_split
@@ -330,48 +329,3 @@ def paired_interval(d: np.ndarray, splits, n: int, config: AuditConfig,
     level = config.confidence if confidence is None else confidence
     lo, hi = _paired_interval(d, level, config.ci_method, test_frac)
     return float(np.mean(d)), lo, hi, paired_se(d, config.ci_method, test_frac)
-
-
-@dataclass
-class Bootstrap:
-    """Stratified resampling counts shared by every model: W_f (B x n_f) over the forget rows,
-    W_r (B x n_r) over the retained rows (the same draws for every model: paired)."""
-
-    forget_rows: np.ndarray
-    retain_rows: np.ndarray
-    w_f: np.ndarray
-    w_r: np.ndarray
-
-
-def bootstrap_weights(is_forget: np.ndarray, config: AuditConfig) -> Bootstrap | None:
-    """``config.n_bootstrap`` paired stratified draws (seed ``probe_seed``); None with < 2 rows a side."""
-    fi, ri = np.flatnonzero(is_forget), np.flatnonzero(~is_forget)
-    if fi.size < 2 or ri.size < 2:
-        return None
-    rng = np.random.RandomState(config.probe_seed)
-    b = config.n_bootstrap
-    w_f = rng.multinomial(fi.size, np.full(fi.size, 1.0 / fi.size), size=b).astype(np.float64)
-    w_r = rng.multinomial(ri.size, np.full(ri.size, 1.0 / ri.size), size=b).astype(np.float64)
-    return Bootstrap(fi, ri, w_f, w_r)
-
-
-def mahalanobis_draws(x: np.ndarray, is_forget: np.ndarray, boot: Bootstrap | None,
-                      config: AuditConfig) -> tuple[float, np.ndarray | None]:
-    """(D², draws): :func:`unlearnkit.metrics.lda.mahalanobis_separability` of the audit rows and of
-    every bootstrap draw (B,). The whitening is estimated once from all rows and held fixed across
-    draws (a conditional bootstrap: the group means are resampled, the metric is not); per draw the
-    means come from one matrix product W @ Z."""
-    xt = torch.nan_to_num(torch.from_numpy(np.ascontiguousarray(x)).to(torch.float64), nan=0.0, posinf=0.0,
-                          neginf=0.0)
-    y = torch.from_numpy(is_forget)
-    if int(y.sum()) < 2 or int((~y).sum()) < 2:
-        return float("nan"), None
-    z = (xt @ within_whitening(xt, y, config.separability_ridge)).numpy()
-    d = z[is_forget].mean(0) - z[~is_forget].mean(0)
-    full = float(d @ d)
-    if boot is None:
-        return full, None
-    m_f = boot.w_f @ z[boot.forget_rows] / boot.forget_rows.size
-    m_r = boot.w_r @ z[boot.retain_rows] / boot.retain_rows.size
-    diff = m_f - m_r
-    return full, np.einsum("bd,bd->b", diff, diff)

@@ -247,7 +247,7 @@ def audit_html(report: AuditReport) -> str:
                 f"<h1>Verdict: {html.escape(d['verdict'])}</h1><ul>"
                 + "".join(f"<li>{html.escape(e)}</li>" for e in d["evidence"]) + "</ul></body></html>\n")
     figs = figures(report)
-    colour = {"erased": "#1a7f37", "suppressed": "#b35900", "collapsed": "#8b0000",
+    colour = {"erased": "#1a7f37", "suppressed": "#b35900", "overforgotten": "#b35900", "collapsed": "#8b0000",
               "not_forgotten": "#cf222e", "inconclusive": "#57606a"}.get(d["verdict"], "#000")
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>unlearnkit audit</title><style>"

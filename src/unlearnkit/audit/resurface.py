@@ -57,6 +57,7 @@ from ..metrics import accuracy
 from ..metrics.lda import fewshot_recovery, head_relearn
 from ..models.features import LOGITS, extract
 from ..models.zoo import head_of, taps_of
+from .canonical import canonicalize
 from .config import AuditConfig
 from .context import AuditContext, ForwardPasses
 
@@ -73,11 +74,12 @@ class ResurfaceResult:
     resurfaced: bool = False
     in_verdict: bool = True                        # False: reported only (not invariant)
     margin: float | None = None                    # the excess that counts as resurfacing
+    undecided: str = ""                            # non-empty: the attack could not be measured (why)
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("applicable", "note", "forget_acc_before", "forget_acc_after",
                                                "retrain_forget_acc_after", "excess", "margin", "resurfaced",
-                                               "in_verdict")}
+                                               "in_verdict", "undecided")}
 
 
 def _forget_acc(model: nn.Module, data, config: AuditConfig, device) -> float:
@@ -180,9 +182,16 @@ def relearn_copy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int,
     return m
 
 
+def _canonical(model: nn.Module, ctx: AuditContext) -> tuple[nn.Module, str | None]:
+    """:func:`~unlearnkit.audit.canonical.canonicalize`, once per model of a run (cached)."""
+    return ctx.cached(model, ("canonical",), lambda: canonicalize(model))
+
+
 def relearn_check(passes: ForwardPasses, before: float, ctx: AuditContext) -> ResurfaceResult:
-    """The k-shot relearning check (module docstring, reported only); ``before`` is the unlearned model's
-    forget accuracy."""
+    """The k-shot relearning check (module docstring) on canonical copies of the models; ``before`` is the
+    unlearned model's forget accuracy. It decides with K >= 2 references when every model could be
+    canonicalised (otherwise, or with one reference, it is reported only); a relearning run that
+    diverges on the unlearned model is "not measured", never "nothing resurfaced"."""
     unlearned, refs, split, config = passes.unlearned, passes.refs, ctx.split, ctx.config
     if ctx.sample_level:
         return ResurfaceResult("relearn", False, "sample-level forgetting: no forgotten class to relearn")
@@ -203,18 +212,30 @@ def relearn_check(passes: ForwardPasses, before: float, ctx: AuditContext) -> Re
                         config.probe_seed)
 
     def attacked(model: nn.Module) -> float:
-        return _forget_acc(relearn_copy(model, x, y, config.relearn_steps, config.relearn_lr), held_data,
-                           config, device)
+        copy_ = relearn_copy(_canonical(model, ctx)[0].to(device), x, y, config.relearn_steps, config.relearn_lr)
+        if not all(bool(torch.isfinite(p).all()) for p in copy_.parameters()):
+            return math.nan  # diverged
+        return _forget_acc(copy_, held_data, config, device)
 
+    reasons = [r for m in (unlearned, *refs) if (r := _canonical(m, ctx)[1])]
     after = attacked(unlearned)
-    ref_after = _reference_after(refs, attacked, "relearn", ctx)
+    vals = [ctx.cached(r, ("relearn",), lambda r=r: attacked(r)) for r in refs]
+    finite = [v for v in vals if math.isfinite(v)]
+    ref_after = float(np.mean(finite)) if finite else math.nan
+    decides = not reasons and len(finite) >= 2
+    margin = relearn_margin(finite, config) if decides else config.resurface_margin
+    note = (f"{config.relearn_steps} SGD steps (lr {config.relearn_lr:g}) on canonical copies (unit-norm incoming "
+            f"weights, units sorted: no rescaling or permutation moves it) from {f_rows.size} forget + "
+            f"{r_rows.size} retained examples; accuracy on {len(held_data)} other forget samples")
+    note += (f"; margin from the {len(finite)} references' spread ({', '.join(f'{v:.1f}' for v in finite)} %)"
+             if decides else f"; reported only ({reasons[0]})" if reasons else "; reported only with one reference")
+    if not math.isfinite(after):
+        return ResurfaceResult("relearn", True, note, before, after, ref_after, None, False, in_verdict=decides,
+                               margin=margin, undecided="relearning diverged on the unlearned model's canonical "
+                                                        "copy, so what it brings back was not measured")
     excess = after - ref_after
-    return ResurfaceResult(
-        "relearn", True,
-        f"{config.relearn_steps} SGD steps (lr {config.relearn_lr:g}) on {f_rows.size} forget + "
-        f"{r_rows.size} retained examples; accuracy on {len(held_data)} other forget samples",
-        before, after, ref_after, excess, bool(excess > config.resurface_margin), in_verdict=False,
-        margin=config.resurface_margin)
+    return ResurfaceResult("relearn", True, note, before, after, ref_after, excess, bool(excess > margin),
+                           in_verdict=decides, margin=margin)
 
 
 def _cached_values(out_refs: list[dict], computes: list, name: str, layer: str,
@@ -225,14 +246,15 @@ def _cached_values(out_refs: list[dict], computes: list, name: str, layer: str,
 
 
 def relearn_margin(ref_values: list[float], config: AuditConfig) -> float:
-    """The head-relearning margin from K >= 2 references: max(``resurface_margin``,
+    """The margin of a relearning check from K >= 2 references: max(``resurface_margin``,
     t_{K-1, 1-a} · s · sqrt(1 + 1/K)) points, s the references' standard deviation and
-    a = (1 − ``confidence``) / 2 (a one-sided Gaussian prediction bound for a new retrain's excess over
-    the references' mean, with half the verdict's error budget; the layers get the other half,
-    :mod:`unlearnkit.audit.tolerance`). INFERRED: no reference code exists."""
+    a = (1 − ``confidence``) / 4 (a one-sided Gaussian prediction bound for a new retrain's excess over
+    the references' mean; the verdict's false-flag budget 1 − ``confidence`` is split: half to the
+    layers (:mod:`unlearnkit.audit.tolerance`), a quarter to head relearning, a quarter to relearning
+    on all weights). INFERRED: no reference code exists."""
     k = len(ref_values)
     sd = float(np.std(ref_values, ddof=1))
-    t = float(stats.t.ppf(1.0 - (1.0 - config.confidence) / 2.0, k - 1))
+    t = float(stats.t.ppf(1.0 - (1.0 - config.confidence) / 4.0, k - 1))
     return max(config.resurface_margin, t * sd * math.sqrt(1 + 1 / k))
 
 

@@ -77,6 +77,8 @@ class Tolerance:
                      else "above the floor")
             return (f"derived from {self.k} retrained references: spread of log D² {self.sd_log:.3f}, "
                     f"t multiplier {self.t:.2f} (level {self.level:.4f} per comparison), {where}")
+        if self.source == "undefined":
+            return "not defined: a reference's separability is not positive and finite at this layer"
         if self.source == "calibrated":
             return f"constant {self.value:g}x, calibrated on this architecture: {self.calibrated_on}"
         return (f"constant {self.value:g}x from small_cnn's calibration, NOT validated for this architecture "
@@ -94,6 +96,8 @@ def separability_tolerance(log_d2_refs: list[float], n_comparisons: int, two_sid
                            calibrated_on: str | None, config: AuditConfig) -> Tolerance:
     """The tolerance of one layer's separability ratio (see the module docstring)."""
     k = len(log_d2_refs)
+    if not all(math.isfinite(v) for v in log_d2_refs):  # a reference's separability is not defined here
+        return Tolerance(math.nan, "undefined", k)
     if k < 2:
         if calibrated_on:
             return Tolerance(config.separability_margin, "calibrated", k, calibrated_on=calibrated_on)

@@ -50,7 +50,10 @@ from scipy import stats
 from .config import AuditConfig
 from .layers import Interval, LayerResult
 
-VERDICTS = ("erased", "suppressed", "collapsed", "not_forgotten", "inconclusive")
+VERDICTS = ("erased", "suppressed", "overforgotten", "collapsed", "not_forgotten", "inconclusive")
+#: CKA (standardised units) to the original at or above which a layer counts as kept from the original,
+#: when the references' CKA to the original is below it.
+KEPT_CKA = 0.995
 STATS = ("separability",)  # what the rules read; ΔAUROC and Mirage's ΔLPR are reported beside it
 
 
@@ -72,21 +75,47 @@ class Comparison:
     original_high: float
     p: float = 1.0           # H0: within tolerance (|θ| ≤ margin two-sided, θ ≤ margin one-sided)
     p_holm: float = 1.0      # Holm-adjusted over the family
+    status: str = "ok"       # "ok", "separated", or why the statistic is not defined at this layer
+    kept: str = ""           # non-empty: the layer's representation is the original's (why)
+
+    @property
+    def defined(self) -> bool:
+        """The statistic and its tolerance are defined here (a ratio, or an infinite one: "separated")."""
+        return self.status in ("ok", "separated") and math.isfinite(self.margin)
 
     @property
     def within(self) -> bool:
         """Equivalence: the interval lies inside the tolerance."""
-        return self.high < self.margin and (not self.two_sided or self.low > -self.margin)
+        return self.defined and self.high < self.margin and (not self.two_sided or self.low > -self.margin)
 
     @property
     def control(self) -> bool:
         """Positive control: the original's interval is clear of the tolerance."""
-        return self.original_low > self.margin or (self.two_sided and self.original_high < -self.margin)
+        return self.defined and (self.original_low > self.margin
+                                 or (self.two_sided and self.original_high < -self.margin))
+
+    @property
+    def testable(self) -> bool:
+        """Whether this layer can be certified: the statistic is defined and the original is clear of the
+        tolerance here (a layer where even the original is within tolerance cannot show erasure)."""
+        return self.defined and self.control
+
+    def untestable_reason(self) -> str:
+        if not math.isfinite(self.margin) or self.status not in ("ok", "separated"):
+            return {"reference_not_separated": "the references themselves do not separate the forget set here",
+                    "too_few_rows": "too few rows for the layer's dimension (n - p - 3 < 10)",
+                    "reference_too_few_rows": "too few rows for the layer's dimension (n - p - 3 < 10)",
+                    "reference_separated": "a reference separates the forget set without overlap (the statistic "
+                                           "is at its cap)",
+                    }.get(self.status, f"statistic not defined ({self.status})")
+        why = "the original is not clear of the tolerance here"
+        return f"{why}; {self.kept}" if self.kept else why
 
     def to_dict(self) -> dict:
         return {"data": self.data, "layer": self.layer, "stat": self.stat, "value": self.value,
                 "interval": [self.low, self.high], "tolerance": self.margin, "two_sided": self.two_sided,
-                "p": self.p, "p_holm": self.p_holm, "within": self.within, "control": self.control}
+                "p": self.p, "p_holm": self.p_holm, "within": self.within, "control": self.control,
+                "status": self.status, "testable": self.testable, "kept_from_original": self.kept or None}
 
 
 @dataclass(frozen=True)
@@ -109,6 +138,11 @@ class Measurements:
     @property
     def alpha(self) -> float:
         return 1.0 - self.config.confidence
+
+    @property
+    def n_refs(self) -> int:
+        """How many retrained references the tolerances rest on."""
+        return max((r.tolerance.k for rs in self.layers.values() for r in rs if r.tolerance is not None), default=0)
 
     def on(self, data: str) -> list[Comparison]:
         return [c for c in self.comparisons if c.data == data]
@@ -136,7 +170,7 @@ def p_value(iv: Interval, margin: float, log_scale: bool, two_sided: bool) -> fl
         up = (1 + np.searchsorted(iv.draws, m, side="right")) / (b + 1)
         down = (1 + b - np.searchsorted(iv.draws, -m, side="left")) / (b + 1)
     elif math.isfinite(iv.se) and iv.se > 0 and iv.df > 0:
-        v = iv.value
+        v = _scaled(iv, log_scale)[0]
         up = float(stats.t.sf((v - m) / iv.se, iv.df))
         down = float(stats.t.cdf((v + m) / iv.se, iv.df))
     else:
@@ -160,33 +194,44 @@ def holm(p: list[float]) -> list[float]:
 def _scaled(iv: Interval, log_scale: bool) -> tuple[float, float, float]:
     if not log_scale:
         return iv.value, iv.low, iv.high
-    return tuple(math.log(v) if v > 0 else -math.inf for v in (iv.value, iv.low, iv.high))
+    return tuple(math.log(v) if v > 0 else (-math.inf if v == v else math.nan) for v in (iv.value, iv.low, iv.high))
+
+
+def _kept(r: LayerResult) -> str:
+    """Why the layer's representation is the original's ('' when it is not): CKA to the original at or
+    above :data:`KEPT_CKA` where the references' is below it."""
+    cu, cr = r.cka_original, r.cka_retrain_original
+    if math.isfinite(cu) and cu >= KEPT_CKA and (not math.isfinite(cr) or cr < KEPT_CKA):
+        return f"the representation is kept from the original (CKA {cu:.3f} to it; references {cr:.3f})"
+    return ""
 
 
 def _comparison(data: str, r: LayerResult, stat: str, two_sided: bool) -> Comparison | None:
     log_scale = stat == "separability"
     iv, ivo = ((r.delta_auroc, r.delta_auroc_original) if stat == "delta_auroc"
                else (r.separability_ratio, r.separability_ratio_original))
-    if iv is None or ivo is None or not all(math.isfinite(v) for v in (iv.value, iv.low, iv.high, ivo.low,
-                                                                     ivo.high)):
-        return None
-    if log_scale and not all(v > 0 for v in (iv.value, iv.low, iv.high, ivo.value, ivo.low, ivo.high)):
+    if iv is None or ivo is None:
         return None
     margin = r.separability_margin if log_scale else r.auroc_margin
+    m = math.log(margin) if log_scale and margin > 0 else (margin if not log_scale else math.nan)
+    status = iv.status if iv.status != "ok" or ivo.status in ("ok", "separated") else f"original_{ivo.status}"
     v, lo, hi = _scaled(iv, log_scale)
     ov, olo, ohi = _scaled(ivo, log_scale)
-    return Comparison(data, r.layer, stat, v, lo, hi, math.log(margin) if log_scale else margin, two_sided,
-                      ov, olo, ohi, p_value(iv, margin, log_scale, two_sided))
+    ok = status in ("ok", "separated") and math.isfinite(m)
+    return Comparison(data, r.layer, stat, v, lo, hi, m, two_sided, ov, olo, ohi,
+                      p_value(iv, margin, log_scale, two_sided) if ok else 1.0, 1.0, status, _kept(r))
 
 
 def comparisons(layers: dict[str, list[LayerResult]], sample_level: bool) -> tuple[Comparison, ...]:
-    """The family: every probed layer of every audit data x :data:`STATS` (class forgetting:
-    one-sided, "beyond retrain"; sample level: two-sided, a deviation either way), with Holm-adjusted
-    p-values over all of them."""
+    """Every probed layer of every audit data x :data:`STATS`, two-sided (the claim is
+    "indistinguishable": a representation far less separable than retrain's is a deviation too), with
+    Holm-adjusted p-values over the family of those whose statistic is defined. ``sample_level`` is
+    kept for the tolerance's level (:mod:`~unlearnkit.audit.tolerance`)."""
     family = [c for data, rs in layers.items() for r in rs if r.probed for s in STATS
-              if (c := _comparison(data, r, s, sample_level)) is not None]
-    adjusted = holm([c.p for c in family])
-    return tuple(Comparison(**{**c.__dict__, "p_holm": a}) for c, a in zip(family, adjusted))
+              if (c := _comparison(data, r, s, True)) is not None]
+    defined = [c for c in family if c.defined]
+    adjusted = dict(zip(map(id, defined), holm([c.p for c in defined])))
+    return tuple(Comparison(**{**c.__dict__, "p_holm": adjusted.get(id(c), 1.0)}) for c in family)
 
 
 def measurements(*, outputs_unlearned: dict, outputs_retrained: dict, knn_unlearned: dict, knn_retrained: dict,
@@ -229,13 +274,25 @@ def not_forgotten(m: Measurements) -> Decision | None:
 
 
 def suppressed(m: Measurements) -> Decision | None:
-    flagged = [c for c in m.comparisons if c.p_holm < m.alpha]
+    flagged = [c for c in m.comparisons if c.defined and c.p_holm < m.alpha and c.value > 0]
     resurfaced = [r for r in m.resurfacing.values() if r.applicable and r.in_verdict and r.resurfaced]
     if not flagged and not resurfaced:
         return None
     ev = [_describe(c, m) for c in sorted(flagged, key=lambda c: c.p_holm)]
     ev += [_resurface_line(r) for r in resurfaced]
     return Decision("suppressed", ev)
+
+
+def overforgotten(m: Measurements) -> Decision | None:
+    """Some layer separates the forget data significantly *less* than retrain does, beyond the
+    tolerance (Holm over the family, like :func:`suppressed`): the model is told apart from retrain
+    by what it removed (e.g. a forget class whose features were pulled onto the retained data's)."""
+    flagged = [c for c in m.comparisons if c.defined and c.p_holm < m.alpha and c.value < 0]
+    if not flagged:
+        return None
+    return Decision("overforgotten", [_describe(c, m) for c in sorted(flagged, key=lambda c: c.p_holm)] + [
+        "a representation from which the forget data were removed beyond what retraining leaves is itself "
+        "detectable: it is not indistinguishable from retrain"])
 
 
 def too_few(m: Measurements) -> Decision | None:
@@ -254,7 +311,7 @@ def too_few(m: Measurements) -> Decision | None:
 
 def no_positive_control(m: Measurements) -> Decision | None:
     main = m.on(m.rests_on)
-    if any(c.control for c in main):
+    if any(c.testable for c in main):
         return None
     n = m.n_forget[m.rests_on]
     need = _need_for_control(m)
@@ -265,7 +322,8 @@ def no_positive_control(m: Measurements) -> Decision | None:
         f"positive control failed: the original model itself is not told apart from retrain at any layer on "
         f"the {m.rests_on} data ({n} forget samples), so a model that kept the original representation could "
         f"not be caught either, and erasure cannot be certified"
-        + (f"; roughly {need} forget samples would be needed." if need else ".") + tail], need)
+        + (f"; roughly {need} forget samples would be needed." if need else ".") + tail] + _untestable_lines(m),
+        need)
 
 
 def _uncalibrated(m: Measurements) -> list[LayerResult]:
@@ -286,36 +344,73 @@ UNCALIBRATED = ("the tolerance (2x, calibrated on small_cnn) was not validated f
                 "retrained reference cannot say how far retrains of other seeds differ from each other")
 
 
+#: z quantiles of the "samples that would decide" power formula: a two-sided 95 % equivalence bound at 80 % power.
+_Z_DECIDE = 1.959964 + 0.841621
+
+
+def samples_to_decide(n: int, se: float, value: float, margin: float) -> int | None:
+    """Forget samples for the equivalence test to succeed with 80 % power if the true log ratio were the
+    observed ``value`` (its standard error ``se`` shrinking as 1/sqrt(n)): n (se (z_0.975 + z_0.8) /
+    (margin − |value|))²; None when |value| is at or beyond the margin (no sample size decides)."""
+    room = margin - abs(value)
+    if not (room > 0 and math.isfinite(se) and se > 0):
+        return None
+    return int(math.ceil(n * (se * _Z_DECIDE / room) ** 2))
+
+
 def not_equivalent(m: Measurements) -> Decision | None:
-    open_ = [c for c in m.on(m.rests_on) if not c.within]
+    open_ = [c for c in m.on(m.rests_on) if c.testable and not c.within]
     if not open_:
         return None
     n = m.n_forget[m.rests_on]
-    worst = max(open_, key=lambda c: c.high - c.margin)
-    room = worst.margin - worst.value
-    need = (int(math.ceil(n * (((worst.high - worst.low) / 2) / room) ** 2))
-            if room > 0 and worst.high > worst.low else None)
+    worst = max(open_, key=lambda c: max(c.high - c.margin, -c.margin - c.low))
+    se = (worst.high - worst.low) / (2 * stats.norm.ppf(0.5 + m.config.confidence / 2))
+    need = samples_to_decide(n, se, worst.value, worst.margin)
     where = ", ".join(f"{c.layer} ({_stat_name(c.stat)})" for c in open_)
+    grow = ("" if m.rests_on != "train" or m.sample_level else
+            " (the training forget set is the whole forgotten class and cannot grow: more test images of the class, "
+            "or more references for a tighter tolerance, would)")
     return Decision("inconclusive", [
         f"not shown to be within tolerance of retrain on the {m.rests_on} data at {where}: e.g. "
-        f"{_describe(worst, m)}. Erasure is certified only when every layer's interval lies inside the "
-        f"tolerance" + (f"; roughly {need} forget samples would decide" if need else
-                        "; its point estimate is itself beyond the tolerance, but not significantly so")], need)
+        f"{_describe(worst, m)}. Erasure is certified only when every testable layer's interval lies inside the "
+        f"tolerance" + (f"; about {need} forget samples would decide with 80 % power{grow}" if need else
+                        "; its point estimate is itself beyond the tolerance, but not significantly so")]
+        + _untestable_lines(m), need)
+
+
+def unmeasured(m: Measurements) -> Decision | None:
+    """A resurfacing check that decides could not be measured on the unlearned model (e.g. relearning
+    diverged): erasure is not certified on the strength of an attack that did not run."""
+    bad = [r for r in m.resurfacing.values() if r.applicable and r.in_verdict and getattr(r, "undecided", "")]
+    if not bad:
+        return None
+    return Decision("inconclusive", [f"{r.name}: {r.undecided}" for r in bad])
+
+
+def _untestable_lines(m: Measurements) -> list[str]:
+    main = m.on(m.rests_on)
+    return [f"cannot test {c.layer} ({_stat_name(c.stat)}): {c.untestable_reason()}" for c in main
+            if not c.testable]
+
+
+def certified_layers(m: Measurements) -> list[str]:
+    """The layers whose equivalence to retrain is shown on the data the verdict rests on."""
+    return [c.layer for c in m.on(m.rests_on) if c.testable and c.within]
 
 
 def erased(m: Measurements) -> Decision:
     main = m.on(m.rests_on)
-    controls = [c for c in main if c.control]
-    best = max(controls, key=lambda c: c.original_low - c.margin)
+    testable = [c for c in main if c.testable]
+    best = max(testable, key=lambda c: c.original_low - c.margin)
     return Decision("erased", [
-        f"every layer is within tolerance of retrain on the {m.rests_on} data "
-        f"({m.n_forget[m.rests_on]} forget samples; {len(main)} comparisons, each interval inside its "
-        f"tolerance), where the original is clear of it at "
-        f"{', '.join(sorted({f'{c.layer} ({_stat_name(c.stat)})' for c in controls}))}; e.g. {_plain(best, m)}"])
+        f"certified at {', '.join(c.layer for c in testable)}: each interval lies inside its tolerance on the "
+        f"{m.rests_on} data ({m.n_forget[m.rests_on]} forget samples), where the original is clear of it; e.g. "
+        f"{_plain(best, m)}"] + _untestable_lines(m))
 
 
 RULES: tuple[Callable[[Measurements], Decision | None], ...] = (
-    collapsed, not_forgotten, suppressed, too_few, no_positive_control, uncalibrated, not_equivalent, erased)
+    collapsed, not_forgotten, suppressed, overforgotten, too_few, no_positive_control, uncalibrated, not_equivalent,
+    unmeasured, erased)
 
 
 def decide(m: Measurements) -> Decision:
@@ -325,6 +420,9 @@ def decide(m: Measurements) -> Decision:
         d = rule(m)
         if d is None:
             continue
+        if d.verdict not in ("collapsed", "not_forgotten") and m.n_refs == 2:
+            d.evidence.append("(caution) 2 references: the tolerance's t multiplier has 1 degree of freedom, so "
+                              "it is very wide; 5 references are recommended")
         if d.verdict not in ("collapsed", "not_forgotten"):
             u, r = m.outputs_unlearned, m.outputs_retrained
             d.evidence.insert(0, f"output forgets like retrain: forget accuracy {u['forget_acc']:.1f}% vs "

@@ -13,18 +13,20 @@ import typer
 from .. import validate
 from ..errors import UserError
 
-VERDICT_STYLE = {"erased": "bold green", "suppressed": "bold yellow", "collapsed": "bold red",
+VERDICT_STYLE = {"erased": "bold green", "suppressed": "bold yellow", "overforgotten": "bold yellow",
+                 "collapsed": "bold red",
                  "not_forgotten": "bold red", "inconclusive": "bold"}
 
 
 def _load(path: Path, role: str, model: Optional[str], bundle):
-    """The checkpoint given as ``role`` (``--original``...) and its meta; NaN or infinite weights are
-    refused here, naming the option and the file, before any feature is extracted."""
+    """The checkpoint given as ``role`` (``--original``...) and its meta; NaN or infinite weights of the
+    original or a reference are refused here, naming the option and the file, before any feature is
+    extracted (an unlearned model with broken weights is audited: its verdict is ``collapsed``)."""
     from ..checkpoints import load_checkpoint, require_finite
 
     m, meta = load_checkpoint(path, model_name=model, num_classes=bundle.num_classes,
                               in_channels=bundle.in_channels, image_size=bundle.image_size)
-    return require_finite(m, f"{role} {path}"), meta
+    return (m if role == "--unlearned" else require_finite(m, f"{role} {path}")), meta
 
 
 def parse_layers(layers: Optional[str]) -> Optional[list[str]]:

@@ -17,7 +17,7 @@ from .forgetting_quality import (
     per_example_epsilons,
 )
 from .knn import knn_accuracy
-from .lda import fewshot_recovery, head_relearn, heldout_auroc, mahalanobis_separability
+from .lda import fewshot_recovery, head_relearn, heldout_auroc, mahalanobis_separability, unbiased_separability
 from .mia import entropy_mia, mia_auroc, mia_auroc_components, mia_features, svc_mia_efficacy
 from .probes import DeltaLPR, ProbeResult, linear_probe_recovery, paired_delta_lpr, sample_level_subsample
 from .separability import fisher_separability
@@ -33,7 +33,9 @@ METRIC_INFO: dict[str, str] = {
     "linear_cka": "Linear CKA in [0,1], centered (Kornblith 2019) or uncentered (Mirage mirage_lib.py)",
     "fisher_separability": "||mu_f - mu_r||^2 / (Tr S_f + Tr S_r) on features (Mirage mirage_lib.py)",
     "mahalanobis_separability": "dmu^T (S_w + 0.01 S_t)^+ dmu, Fisher LDA form, invariant to linear maps of the "
-                                "features (INFERRED: the audit's verdict statistic, metrics/lda.py)",
+                                "features (INFERRED, metrics/lda.py; reported)",
+    "unbiased_separability": "Gaussian-unbiased Mahalanobis distance of forget vs retained features, with its "
+                             "variance and leave-one-out values (Lachenbruch 1968; the audit's verdict statistic)",
     "heldout_auroc": "AUROC of the LDA discriminant on held-out resplits (INFERRED, metrics/lda.py)",
     "fewshot_recovery": "a linear head re-fitted from a few forget shots, body frozen (INFERRED, metrics/lda.py)",
     "head_relearn": "SGD on a model's own head in whitened coordinates, body frozen (INFERRED, metrics/lda.py)",
@@ -62,6 +64,7 @@ __all__ = [
     "head_relearn",
     "heldout_auroc",
     "mahalanobis_separability",
+    "unbiased_separability",
     "METRIC_INFO",
     "DeltaLPR",
     "ProbeResult",

@@ -35,7 +35,12 @@ imports only torch.
 """
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
 import torch
+from scipy import stats
 from torch import Tensor
 
 REL_TOL = 1e-9
@@ -177,3 +182,182 @@ def head_relearn(retain: Tensor, shots: Tensor, shots_y: Tensor, queries: Tensor
     with torch.no_grad():
         pred = (((queries.to(torch.float64) - mean) @ m) @ v.T + c).argmax(1)
     return float((pred == queries_y).to(torch.float64).mean() * 100.0)
+
+
+# --- the audit's separability: a Gaussian-unbiased D² with leave-one-out values -----------------------
+
+#: A unit whose standard deviation is below this fraction of its own largest |value| is constant (dead).
+DEAD_UNIT = 1e-6
+#: Fewer than this many residual degrees of freedom (n − p − 3) and D² is not estimated ("too_few_rows").
+MIN_DOF = 10
+
+
+def live_whitened(x: Tensor, rel_tol: float = REL_TOL) -> Tensor:
+    """The rows of ``x`` (n x d) in coordinates where their total covariance (ddof 0) is the identity
+    and their mean is 0, on the kept directions (float64, n x p).
+
+    A unit counts as dead when its spread is below :data:`DEAD_UNIT` x its *own* largest magnitude, a
+    cut that no rescaling of that unit (or of any other unit) can move; live units are standardised,
+    and eigen-directions of their correlation below ``rel_tol`` x the largest are dropped. So the result
+    is the same, up to a rotation, for ``x`` and ``x A`` with any invertible ``A`` (rescaling by any
+    power of two, permutation, mixing that is not near-singular)."""
+    x = torch.nan_to_num(torch.as_tensor(x).to(torch.float64), nan=0.0, posinf=0.0, neginf=0.0)
+    mean = x.mean(0)
+    xc = x - mean
+    std = xc.pow(2).mean(0).sqrt()
+    live = (std > DEAD_UNIT * x.abs().amax(0)) & (std > 0)
+    z = xc[:, live] / std[live]
+    if z.shape[1] == 0:
+        return z
+    return z @ _inverse_root(z.T @ z / x.shape[0], rel_tol)
+
+
+@dataclass
+class Separability:
+    """The forget-vs-retained separability of one model's features at one layer.
+
+    ``value`` is U = (n−p−3)/(n−2) · D̂² − p·n/(n_f·n_r), the unbiased estimator of the population
+    Mahalanobis distance Δ² = Δμᵀ Σ_w⁻¹ Δμ for Gaussian groups with a shared covariance (D̂² uses the
+    pooled covariance with n − 2 degrees of freedom; Lachenbruch 1968; Kshirsagar 1972 §5): unlike the
+    plug-in D̂², whose additive noise term p·n/(n_f·n_r) pulls every ratio of two models towards 1, U
+    has expectation Δ², so U_u / U_r estimates Δ²_u / Δ²_r. It can be ≤ 0 when Δ² is small.
+    ``var`` is its variance under the same model (D̂² scaled is a noncentral F(p, n−p−1, λ) with
+    λ = (n_f·n_r/n)·Δ², evaluated at Δ² = max(U, 0)). ``loo`` holds U with each row left out in turn
+    (closed form: a rank-one update of the total covariance), which the audit uses for the
+    correlation of models measured on the same rows. ``status``: ``"ok"``; ``"separated"`` (the groups
+    are linearly separable without overlap: Δ² is infinite, ``value`` = inf); ``"too_few_rows"``
+    (n − p − 3 < :data:`MIN_DOF`: U and its variance are not defined)."""
+
+    value: float
+    var: float
+    p: int
+    n_forget: int
+    n_retain: int
+    status: str
+    loo: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+
+def _u_from(dw2: Tensor | float, n, n1, n0, p: int):
+    return (n - p - 3) / n * dw2 - p * n / (n1 * n0)
+
+
+def _var_u(u: float, n: int, n1: int, n0: int, p: int) -> float:
+    """Var(U) for Gaussian groups at Δ² = max(u, 0): the noncentral F variance, scaled."""
+    nu = n - 2
+    c = n1 * n0 / n
+    d1, d2 = p, nu - p + 1
+    lam = c * max(u, 0.0)
+    v_f = 2 * (d2 / d1) ** 2 * ((d1 + lam) ** 2 + (d1 + 2 * lam) * (d2 - 2)) / ((d2 - 2) ** 2 * (d2 - 4))
+    a = (n - p - 3) / (n - 2)
+    return float(a * a * (nu * p / (d2 * c)) ** 2 * v_f)
+
+
+def unbiased_separability(x, is_forget, *, rel_tol: float = REL_TOL, leave_one_out: bool = True) -> Separability:
+    """:class:`Separability` of the forget rows (``is_forget``) against the others in features ``x``.
+
+    Invariant to any invertible linear map of the features (:func:`live_whitened`). In whitened
+    coordinates z (total covariance I) with group-mean difference δ and π = n_f·n_r/n², the pooled
+    within-group covariance is I − π δδᵀ, so the plug-in distance is ‖δ‖² / (1 − π‖δ‖²): the
+    groups are separated without overlap when π‖δ‖² reaches 1, which is reported as ``"separated"``,
+    never as a large finite number."""
+    y = torch.as_tensor(np.asarray(is_forget), dtype=torch.bool)
+    n1, n = int(y.sum()), int(y.numel())
+    n0 = n - n1
+    if n1 < 2 or n0 < 2:
+        return Separability(math.nan, math.nan, 0, n1, n0, "too_few_rows")
+    z = live_whitened(torch.as_tensor(x), rel_tol)
+    p = int(z.shape[1])
+    if n - p - 3 < MIN_DOF:
+        return Separability(math.nan, math.nan, p, n1, n0, "too_few_rows")
+    m1, m0 = z[y].mean(0), z[~y].mean(0)
+    d = m1 - m0
+    pi = n1 * n0 / n ** 2
+    s = 1.0 - pi * float(d @ d)
+    if s <= 1e-9:
+        return Separability(math.inf, math.nan, p, n1, n0, "separated")
+    u = float(_u_from(float(d @ d) / s, n, n1, n0, p))
+    loo = None
+    if leave_one_out:
+        # row i left out: its group mean moves by (z_i − m_g)/(n_g − 1); the total covariance becomes
+        # n/(n−1) (I − z_i z_iᵀ/(n−1)), whose inverse is (n−1)/n (I + z_i z_iᵀ/(n−1−‖z_i‖²))
+        g = y[:, None]
+        ng = torch.where(y, n1, n0).to(torch.float64)[:, None]
+        mg = torch.where(g, m1, m0)
+        moved = mg - (z - mg) / (ng - 1)
+        d_new = torch.where(g, moved - m0, m1 - moved)
+        zz = (z * z).sum(1)
+        dt2 = (n - 1) / n * ((d_new * d_new).sum(1) + (d_new * z).sum(1) ** 2 / (n - 1 - zz).clamp_min(1e-12))
+        n1i = n1 - y.to(torch.float64)
+        n0i = n0 - (~y).to(torch.float64)
+        si = (1.0 - n1i * n0i / (n - 1) ** 2 * dt2).clamp_min(1e-12)
+        loo = _u_from(dt2 / si, n - 1, n1i, n0i, p).numpy()
+    return Separability(u, _var_u(u, n, n1, n0, p), p, n1, n0, "ok", loo)
+
+
+def _jack_cov(a: np.ndarray, b: np.ndarray, y: np.ndarray) -> float:
+    """Stratified (per group) jackknife covariance of two leave-one-out series over the same rows."""
+    v = 0.0
+    for side in (True, False):
+        ta, tb = a[y == side], b[y == side]
+        k = ta.size
+        v += (k - 1) / k * float(((ta - ta.mean()) * (tb - tb.mean())).sum())
+    return v
+
+
+@dataclass
+class RatioInterval:
+    """U_u / mean(U_refs) on the log scale: ``log_value`` ± ``z`` · ``se``; ``status`` is ``"ok"``,
+    ``"separated"`` (the model separates the groups without overlap where the references do not: the
+    ratio is infinite) or a reason why no ratio is defined (the references' own separability is not
+    clearly above 0, or a model has too few rows for its dimension)."""
+
+    value: float
+    low: float
+    high: float
+    se: float
+    status: str
+
+
+def ratio_interval(s_u: Separability, s_refs: list[Separability], is_forget, confidence: float) -> RatioInterval:
+    """The ratio U_u / Ū (Ū the references' mean) with a ``confidence`` interval on the log scale.
+
+    Its variance is the delta method's Var(log U_u) + Var(log Ū) − 2 Cov(log U_u, log Ū), where each
+    model's variance is the Gaussian :attr:`Separability.var` and the correlation between two models
+    (they are measured on the same rows) is the jackknife's, from the leave-one-out values. INFERRED
+    (no reference code): the jackknife's own variance overstates the variance of a quadratic statistic
+    in high dimension (Efron-Stein), which made nominal 95 % intervals cover 97-99 % at the audit's
+    sizes; the noncentral-F variance with jackknife correlations covers 93.5-98.5 % in the simulation of
+    ``benchmarks/audit_coverage.py``."""
+    nan = math.nan
+    y = np.asarray(is_forget, dtype=bool)
+    z = float(stats.norm.ppf(0.5 + confidence / 2.0))
+    if any(s.status != "ok" for s in s_refs):
+        bad = next(s.status for s in s_refs if s.status != "ok")
+        return RatioInterval(nan, nan, nan, nan, f"reference_{bad}")
+    if s_u.status == "too_few_rows":
+        return RatioInterval(nan, nan, nan, nan, "too_few_rows")
+    k = len(s_refs)
+    u_r = float(np.mean([s.value for s in s_refs]))
+    sd = [math.sqrt(max(s.var, 0.0)) for s in s_refs]
+    loo = [s.loo for s in s_refs]
+
+    def rho(a, b):
+        va, vb = _jack_cov(a, a, y), _jack_cov(b, b, y)
+        return _jack_cov(a, b, y) / math.sqrt(va * vb) if va > 0 and vb > 0 else 0.0
+
+    var_r = sum(rho(loo[i], loo[j]) * sd[i] * sd[j] if i != j else sd[i] ** 2
+                for i in range(k) for j in range(k)) / k ** 2
+    if u_r <= 0 or u_r - z * math.sqrt(max(var_r, 0.0)) <= 0:
+        return RatioInterval(nan, nan, nan, nan, "reference_not_separated")
+    if s_u.status == "separated":
+        return RatioInterval(math.inf, math.inf, math.inf, 0.0, "separated")
+    sd_u = math.sqrt(max(s_u.var, 0.0))
+    cov_ur = sum(rho(s_u.loo, loo[i]) * sd_u * sd[i] for i in range(k)) / k
+    if s_u.value > 0:
+        var_log = sd_u ** 2 / s_u.value ** 2 + var_r / u_r ** 2 - 2 * cov_ur / (s_u.value * u_r)
+        se = math.sqrt(max(var_log, 0.0))
+        lv = math.log(s_u.value / u_r)
+        return RatioInterval(s_u.value / u_r, math.exp(lv - z * se), math.exp(lv + z * se), se, "ok")
+    # U_u <= 0 (no separation left at all): the upper end from the natural scale
+    hi = (s_u.value + z * sd_u) / u_r
+    return RatioInterval(s_u.value / u_r, 0.0, max(hi, 0.0), math.inf, "ok")

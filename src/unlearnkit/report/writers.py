@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..checkpoints import atomic_write_bytes, atomic_write_text
 from ..markdown import markdown_table
+from ..results import VERDICTS
 from .records import Record
 from .tables import Table, layer
 
@@ -35,12 +36,12 @@ h2{font-size:17px;margin:4px 0 8px}h3{font-size:14px;margin:14px 0 4px}
 th,td{border-bottom:1px solid #e4e7ec;padding:3px 8px;text-align:right;white-space:nowrap}
 th{background:#eef1f6;position:sticky;top:0}td:first-child,th:first-child{text-align:left;font-weight:600}
 tr:hover td{background:#f5f8ff}img{max-width:100%;height:auto;border:1px solid #e4e7ec}
-.v-erased{color:#0a7a33}.v-suppressed{color:#9a6a00}.v-collapsed,.v-not_forgotten{color:#b3261e}
+.v-erased{color:#0a7a33}.v-suppressed,.v-overforgotten{color:#9a6a00}.v-collapsed,.v-not_forgotten{color:#b3261e}
 """
 
 
 def _verdict_class(text: str) -> str:
-    for v in ("erased", "suppressed", "collapsed", "not_forgotten", "inconclusive"):
+    for v in VERDICTS:
         if text.startswith(v):
             return f' class="v-{v}"'
     return ""

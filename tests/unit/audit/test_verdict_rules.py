@@ -31,7 +31,7 @@ OUT = {"forget_acc": 0.0, "retain_acc": 99.0, "test_retain_acc": 98.0}
 LOG2 = math.log(2.0)
 
 
-def _cmp(layer, value, low, high, original=(1.6, 1.4, 1.8), data="train", p_holm=1.0, two_sided=False):
+def _cmp(layer, value, low, high, original=(1.6, 1.4, 1.8), data="train", p_holm=1.0, two_sided=True):
     """A separability comparison on the log scale (tolerance 2x); ``original`` the positive control."""
     return Comparison(data, layer, "separability", value, low, high, LOG2, two_sided, *original, p=p_holm,
                       p_holm=p_holm)
@@ -48,8 +48,9 @@ def _m(comps, n_forget=100, resurfacing=None, out_u=OUT, out_r=OUT, data=("train
 
 
 def test_the_rules_run_in_the_documented_order():
-    assert [r.__name__ for r in RULES] == ["collapsed", "not_forgotten", "suppressed", "too_few",
-                                           "no_positive_control", "uncalibrated", "not_equivalent", "erased"]
+    assert [r.__name__ for r in RULES] == ["collapsed", "not_forgotten", "suppressed", "overforgotten", "too_few",
+                                           "no_positive_control", "uncalibrated", "not_equivalent", "unmeasured",
+                                           "erased"]
 
 
 def test_holm_adjusted_p_values_by_hand():
@@ -84,7 +85,8 @@ def test_erased_needs_every_layer_within_and_the_positive_control():
     assert decide(_m(within)).verdict == "erased"
     no_control = [Comparison(**{**c.__dict__, "original_low": 0.2, "original": 0.3}) for c in within]
     d = decide(_m(no_control))
-    assert d.verdict == "inconclusive" and "positive control failed" in d.evidence[-1]
+    assert d.verdict == "inconclusive" and any("positive control failed" in e for e in d.evidence)
+    assert any(e.startswith("cannot test penultimate") for e in d.evidence)
     assert no_positive_control(_m(no_control)) is not None
 
 
@@ -161,3 +163,47 @@ def test_an_interval_that_excludes_its_estimate_is_drawn():
     bars = [seg for c in ax.collections for seg in c.get_segments()]  # the vertical error bar
     plt.close(fig)
     assert len(bars) == 1 and sorted(bars[0][:, 1]) == pytest.approx([2.0, 3.0])
+
+
+def test_far_below_retrain_is_overforgotten_not_within():
+    """Two-sided: a layer far less separable than retrain's (0.3x, significantly beyond the 2x tolerance on
+    the low side) is a deviation, not "within"."""
+    low = _cmp("penultimate", math.log(0.3), math.log(0.2), math.log(0.45), p_holm=0.001)
+    assert not low.within
+    d = decide(_m([_cmp("block3", 0.0, -0.1, 0.1), low]))
+    assert d.verdict == "overforgotten", d
+    # not significant after correction: not within either, so never erased
+    d = decide(_m([_cmp("block3", 0.0, -0.1, 0.1), Comparison(**{**low.__dict__, "p_holm": 0.2})]))
+    assert d.verdict == "inconclusive", d
+
+
+def test_erased_names_the_layers_it_certifies_and_those_it_cannot():
+    """A layer where the original is inside the tolerance (or that is kept from the original) is untestable:
+    erased certifies the others and says which it could not test, and why."""
+    kept = Comparison("train", "block1", "separability", 0.0, -0.05, 0.05, LOG2, True, 0.1, 0.0, 0.2,
+                      kept="the representation is kept from the original (CKA 1.000 to it; references 0.900)")
+    assert not kept.testable and kept.within
+    comps = [kept, _cmp("block3", 0.0, -0.1, 0.1), _cmp("penultimate", 0.1, -0.1, 0.3)]
+    d = decide(_m(comps))
+    assert d.verdict == "erased", d
+    assert any(e.startswith("certified at block3, penultimate") for e in d.evidence), d.evidence
+    assert any(e.startswith("cannot test block1") and "kept from the original" in e for e in d.evidence)
+    # with no testable layer at all: inconclusive, never erased
+    d = decide(_m([kept]))
+    assert d.verdict == "inconclusive"
+
+
+def test_an_undefined_statistic_is_never_within():
+    """A statistic at its cap (a reference separates the forget set without overlap) or undefined (too few
+    rows for the dimension) is "cannot decide", never "within"."""
+    for status in ("reference_separated", "too_few_rows", "reference_not_separated"):
+        c = Comparison("train", "penultimate", "separability", 0.0, -0.01, 0.01, LOG2, True, 1.6, 1.4, 1.8,
+                       status=status)
+        assert not c.defined and not c.within and not c.testable
+        assert "cannot test" not in c.untestable_reason() and c.untestable_reason()
+        d = decide(_m([_cmp("block3", 0.0, -0.1, 0.1), c]))
+        assert d.verdict == "erased" and any(e.startswith("cannot test penultimate") for e in d.evidence)
+    # an infinite ratio (the model separates the groups without overlap where the references do not) flags
+    inf = Comparison("train", "penultimate", "separability", math.inf, math.inf, math.inf, LOG2, True, 1.6, 1.4,
+                     1.8, p=0.0, p_holm=0.0, status="separated")
+    assert inf.defined and decide(_m([_cmp("block3", 0.0, -0.1, 0.1), inf])).verdict == "suppressed"
