@@ -25,8 +25,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-import yaml
-
 from . import validate
 from .errors import UserError
 
@@ -180,14 +178,12 @@ def check_keys(data: dict, where: str) -> dict:
 
 
 def load_config(path: str | Path | None, overrides: dict | None = None) -> RunConfig:
-    """YAML file (safe_load: plain data only) + CLI overrides (``None`` values ignored)."""
+    """The RunConfig of a YAML file (:func:`unlearnkit.validate.yaml_file`: plain data only, UTF-8, no key
+    twice) + CLI overrides (``None`` values ignored)."""
     data: dict = {}
     if path is not None:
-        p = validate.input_file("config file", path)
-        try:
-            loaded = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise UserError(f"config file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
+        p, loaded = validate.yaml_file("config file", path)
+        loaded = {} if loaded is None else loaded
         if not isinstance(loaded, dict):
             raise UserError(f"config file {p} must hold a mapping of keys")
         data = check_keys(loaded, str(p))

@@ -279,6 +279,74 @@ def input_file(name: str, path: str | Path) -> Path:
     return p
 
 
+# ---------------------------------------------------------------------------------------------
+# YAML inputs (a run config, a bench suite, a preset file): one loader for every reader
+
+
+def _yaml_loader():
+    """A ``yaml.SafeLoader`` (plain data only: no code runs) that refuses a key given twice in one
+    mapping, where PyYAML would keep the last value silently (a merge ``<<:`` may still be overridden)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            if isinstance(node, yaml.MappingNode):
+                seen: set = set()
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key = self.construct_object(key_node, deep=True)
+                    try:
+                        repeated = key in seen
+                    except TypeError:  # an unhashable key: PyYAML's own error names it
+                        break
+                    if repeated:
+                        line = key_node.start_mark.line + 1
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"key {key!r} appears twice in one mapping (line {line}); give it once",
+                            key_node.start_mark)
+                    seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
+def yaml_text(name: str, text: str) -> Any:
+    """``text`` parsed as YAML (plain data, no key twice in a mapping); a problem is one UserError line
+    that starts with ``name``."""
+    import yaml
+
+    try:
+        return yaml.load(text, Loader=_yaml_loader())  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError as e:
+        problem = getattr(e, "problem", None)
+        if isinstance(e, yaml.constructor.ConstructorError) and problem and "appears twice" in problem:
+            raise UserError(f"{name}: {problem}") from None
+        raise UserError(f"{name} is not valid YAML: {_yaml_problem(e)}") from None
+
+
+def _yaml_problem(e) -> str:
+    """A YAML error in one short line: what is wrong and where (line, column)."""
+    what = "; ".join(p for p in (getattr(e, "context", None), getattr(e, "problem", None)) if p)
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    return " ".join((what or str(e)).split()) + where
+
+
+def yaml_file(name: str, path: str | Path) -> tuple[Path, Any]:
+    """``(path, data)``: a YAML file that exists, is UTF-8 text and parses (:func:`yaml_text`); every
+    problem is one UserError line naming ``name`` and the file."""
+    p = input_file(name, path)
+    try:
+        text = p.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{_named(name, p)} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset "
+                        f"{e.start})") from None
+    except OSError as e:
+        raise UserError(f"{_named(name, p)} cannot be read ({e.strerror})") from None
+    return p, yaml_text(_named(name, p), text)
+
+
 def dataclass_fields(obj: Any, where: str = "") -> None:
     """Check every field of a dataclass instance against its annotation (:func:`of_type`), in place.
 

@@ -1,6 +1,6 @@
 """A benchmark suite (YAML) expanded into cells: datasets x models x tasks x methods (x variants) x seeds.
 
-A suite file (``yaml.safe_load``: plain data only)::
+A suite file (YAML, plain data only; a key twice in one mapping is refused)::
 
     suite: cpu                       # name (default: the file's stem)
     db: results/unlearnkit.db        # results store (``--db`` overrides)
@@ -34,8 +34,6 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import yaml
 
 from .. import validate
 from ..config import RunConfig, config_keys
@@ -245,12 +243,45 @@ def _add(cells: dict, cell: Cell) -> None:
 
 
 def load_suite(path: str | Path) -> Suite:
-    p = validate.input_file("suite file", path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        raise UserError(f"suite file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
+    """The suite in the YAML file ``path`` (:func:`unlearnkit.validate.yaml_file`), expanded and checked."""
+    p, data = validate.yaml_file("suite file", path)
     if not isinstance(data, dict):
         raise UserError(f"suite file {p} must hold a mapping of keys")
     name = str(data.get("suite") or p.stem)
     return Suite(name, expand(data, name), data.get("db"), data.get("out"), str(p))
+
+
+def check_tasks(suite: Suite, data_dir: str | Path = "data") -> None:
+    """Every task of ``suite`` against its dataset, as ``unlearnkit run`` checks its own, before the store
+    or any cell folder is written: an indices file that exists and holds valid indices, forget classes
+    the dataset has, a forget set that leaves something to retain. A dataset not on disk here (a Ray
+    cluster's workers may hold it, or a cell downloads it) is checked by its cells. Raises UserError
+    naming the task and its grid; returns None."""
+    from ..data.datasets import load_dataset
+    from ..errors import DataUnavailableError
+    from ..runner import build_split
+
+    bundles: dict[tuple, object] = {}
+    seen: set[str] = set()
+    for cell in suite.cells:
+        c = cell.config
+        key = json.dumps({k: c.get(k) for k in ("dataset", "data_seed", *sorted(TASK_KEYS - {"name"}))},
+                         sort_keys=True, default=str)
+        if cell.kind != "reference" or key in seen:  # every group has a reference cell, with its task
+            continue
+        seen.add(key)
+        where = f"task {cell.task!r} of grid {cell.grid!r} ({c['dataset']})"
+        if c.get("forget_indices"):
+            validate.input_file(f"forget_indices of {where}", c["forget_indices"])
+        data = (c["dataset"], c["data_seed"])
+        if data not in bundles:
+            try:
+                bundles[data] = load_dataset(c["dataset"], data_dir, False, c["data_seed"])
+            except DataUnavailableError:
+                bundles[data] = None
+        if bundles[data] is None:
+            continue
+        try:
+            build_split(RunConfig(**c), bundles[data])
+        except UserError as e:
+            raise UserError(f"{where}: {e}") from None

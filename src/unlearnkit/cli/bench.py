@@ -36,7 +36,7 @@ def bench_command(
 
     from ..bench.cell import Machine
     from ..bench.executors import make_executor
-    from ..bench.grid import load_suite
+    from ..bench.grid import check_tasks, load_suite
     from ..bench.runner import run_bench
     from ..bench.store import ResultStore
     from ..runtime import resolve_device
@@ -53,6 +53,7 @@ def bench_command(
     validate.output_file("--db", db_path)  # before any cell runs: a store that cannot be written loses them
     validate.output_dir("--out", out_dir)
     check_cache_dir("--cache-dir", cache_dir)
+    check_tasks(suite, data_dir)  # forget classes the dataset has, indices files: before the store is written
     machine = Machine(out=str(out_dir), cache_dir=str(cache_dir) if cache_dir else None, device=device,
                       data_dir=str(data_dir), download=download)
     with ResultStore(db_path, exclusive=True) as store:

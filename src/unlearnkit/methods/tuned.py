@@ -1,6 +1,6 @@
 """Preset files: hyperparameters found by ``unlearnkit tune``, read back by ``run`` and ``bench``.
 
-A preset file is YAML (read with ``yaml.safe_load``: no code runs)::
+A preset file is YAML (read by :func:`unlearnkit.validate.yaml_file`: plain data, no code runs)::
 
     unlearnkit_preset: 1
     base: reference                       # the preset the tuned values apply over
@@ -30,13 +30,7 @@ def is_preset_file(preset) -> bool:
 
 def read_preset_file(path: str | Path) -> dict:
     """The file's ``{"base": str, "method_params": {method: {key: value}}, "tuned_on": dict}``, checked."""
-    import yaml
-
-    p = validate.input_file("preset", path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise UserError(f"preset file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
+    p, data = validate.yaml_file("preset file", path)
     if not isinstance(data, dict) or data.get("unlearnkit_preset") != FORMAT:
         raise UserError(f"{p} is not an unlearnkit preset file (it needs unlearnkit_preset: {FORMAT}; "
                         f"unlearnkit tune writes one)")
