@@ -33,6 +33,19 @@ SCHEMA = "unlearnkit.results/1"
 FORGETTING_QUALITY_SCHEMA = "unlearnkit.forgetting_quality/1"
 #: the keys of the two reference rows of ``models`` (every other key is a method's label)
 ORIGINAL, RETRAIN = "original", "retrain"
+#: the verdicts an audit gives: :data:`unlearnkit.audit.verdict.VERDICTS`, named here so that a report
+#: reads them without importing the auditor (tests/unit/report/test_report_ranges.py keeps the two equal)
+VERDICTS = ("erased", "suppressed", "overforgotten", "collapsed", "not_forgotten", "inconclusive")
+PERCENT = (0.0, 100.0)
+#: the range of the metrics a results file holds, where it is not that of an accuracy (``*_acc``: percent)
+METRIC_RANGES = {"mia_efficacy": PERCENT, "mia_auc": (0.0, 1.0), "gap": PERCENT, "h_mean": PERCENT,
+                 "ua_f": PERCENT, "ua_r": PERCENT, "runtime_s": (0.0, None), "speedup": (0.0, None)}
+
+
+def metric_range(name: str) -> tuple[float | None, float | None] | None:
+    """``(low, high)`` a metric of a results file lies in (None: no bound on that side), or None for a
+    name this schema does not know: accuracies in percent, MIA efficacy in percent, MIA AUROC in [0, 1]."""
+    return PERCENT if name.endswith("_acc") else METRIC_RANGES.get(name)
 
 
 @dataclass
@@ -90,6 +103,22 @@ def forget_label(forget: dict) -> str:
     return task_label({"forget_classes": forget.get("classes") or [], "forget_random": forget.get("random"),
                        "forget_indices": forget.get("indices_file"), "task": forget.get("task"),
                        "concept": forget.get("concept") or []})
+
+
+def check_forget(prefix: str, forget: dict, num_classes=None) -> None:
+    """Raise a UserError (``prefix: ...``) unless results' ``task.forget`` names a forget set (classes,
+    a random fraction or count, an indices file, or a concept task) whose classes are whole numbers
+    below ``num_classes`` (the dataset's class count, when the file gives it)."""
+    from .errors import UserError
+
+    classes = forget.get("classes") or []
+    if not isinstance(classes, list):
+        raise UserError(f"{prefix}: task.forget.classes must be a list of whole numbers, not {classes!r}")
+    for c in classes:
+        validate.whole(f"{prefix}: task.forget.classes", c, low=0,
+                       high=None if num_classes is None else num_classes - 1)
+    if not (classes or forget.get("random") is not None or forget.get("indices_file") or forget.get("task")):
+        raise UserError(f"{prefix}: task.forget names no forget set (no classes, random, indices_file or task)")
 
 
 def _ints(value, what: str) -> list[int]:

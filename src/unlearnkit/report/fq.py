@@ -14,8 +14,9 @@ import json
 import math
 from pathlib import Path
 
+from .. import validate
 from ..errors import UserError
-from ..results import FORGETTING_QUALITY_SCHEMA, forget_label, model_label
+from ..results import FORGETTING_QUALITY_SCHEMA, check_forget, forget_label, model_label
 
 FILE = "forgetting_quality.json"
 Block = tuple[str, str, str]
@@ -57,12 +58,20 @@ def _read(path: Path) -> dict:
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise UserError(f"--forgetting-quality: {path}: config.seed must be a whole number, not {seed!r}")
     for name, row in methods.items():
-        score = row.get("final_score") if isinstance(row, dict) else math.nan
-        ok = score is None or (isinstance(score, (int, float)) and not isinstance(score, bool)
-                               and math.isfinite(score))
-        if not ok:
-            raise UserError(f"--forgetting-quality: {path}: methods.{name}.final_score must be a number or "
-                            f"null, not {score!r}")
+        # the forget score is a fraction; the final score is it times two accuracy ratios (unlearned over
+        # retrained), which exceed 1 where the unlearned model is the more accurate: >= 0, no upper bound
+        for key, high in (("forget_score", 1.0), ("final_score", None)):
+            score = row.get(key) if isinstance(row, dict) else math.nan
+            ok = score is None or (isinstance(score, (int, float)) and not isinstance(score, bool)
+                                   and math.isfinite(score) and score >= 0 and (high is None or score <= high))
+            if not ok:
+                span = f"in [0, {high:g}]" if high is not None else ">= 0"
+                raise UserError(f"--forgetting-quality: {path}: methods.{name}.{key} must be a number {span} or "
+                                f"null, not {score!r}")
+    num_classes = task.get("num_classes")
+    if num_classes is not None:
+        validate.whole(f"--forgetting-quality: {path}: task.num_classes", num_classes, low=1)
+    check_forget(f"--forgetting-quality: {path}", task["forget"], num_classes)  # never dropped unnamed
     return doc
 
 
@@ -70,7 +79,7 @@ def _block(doc: dict, path: Path) -> Block:
     task = doc["task"]
     try:
         forget = forget_label(task["forget"])
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, UserError) as e:
         raise UserError(f"--forgetting-quality: {path}: task.forget is not a forget set ({e})") from None
     return task["dataset"], model_label(task), forget
 

@@ -15,7 +15,16 @@ from pathlib import Path
 
 from .. import validate
 from ..errors import UserError
-from ..results import RETRAIN, forget_label, group_audit, model_label, retrain_view
+from ..results import (
+    RETRAIN,
+    VERDICTS,
+    check_forget,
+    forget_label,
+    group_audit,
+    metric_range,
+    model_label,
+    retrain_view,
+)
 
 REFERENCE_ROWS = ("retrain", "original")
 
@@ -137,6 +146,9 @@ def _checked_audit(prefix: str, where: str, audit) -> dict | None:
     _mapping(prefix, where, audit, "a mapping (or null)")
     for name in ("verdict", "penultimate_layer"):
         _text_or_null(prefix, audit, where, name)
+    if audit.get("verdict") is not None and audit["verdict"] not in VERDICTS:
+        raise UserError(f"{prefix}: {where}.verdict must be one of {', '.join(VERDICTS)} (or null), not "
+                        f"{_show(audit['verdict'])}")
     transmitted = audit.get("transmitted")
     if transmitted is not None:
         _mapping(prefix, f"{where}.transmitted", transmitted, "a mapping (or null)")
@@ -172,8 +184,18 @@ def _checked_entry(prefix: str, entry, where: str) -> tuple[dict, dict | None]:
     """``(metrics, audit)`` of one model row: every metric a finite number or null (NaN read as null)."""
     _mapping(prefix, where or "the row", entry)
     metrics = _mapping(prefix, _key(where, "metrics"), _required(prefix, entry, where, "metrics"))
-    metrics = {name: _number_or_null(prefix, f"{_key(where, 'metrics')}.{name}", v) for name, v in metrics.items()}
+    metrics = {name: _in_range(prefix, f"{_key(where, 'metrics')}.{name}", name,
+                               _number_or_null(prefix, f"{_key(where, 'metrics')}.{name}", v))
+               for name, v in metrics.items()}
     return metrics, _checked_audit(prefix, _key(where, "audit"), entry.get("audit"))
+
+
+def _in_range(prefix: str, where: str, name: str, value):
+    """``value`` (a number or None), checked against the metric's range (:func:`unlearnkit.results.metric_range`)."""
+    bounds = metric_range(str(name))
+    if value is not None and bounds is not None:
+        validate.number(f"{prefix}: {where}", value, low=bounds[0], high=bounds[1])
+    return value
 
 
 def _checked_results(prefix: str, res: dict) -> dict[str, tuple[dict, dict | None]]:
@@ -198,6 +220,10 @@ def _checked_results(prefix: str, res: dict) -> dict[str, tuple[dict, dict | Non
         _text_or_null(prefix, forget, "task.forget", name)
     if forget.get("random") is not None:
         validate.number(f"{prefix}: task.forget.random", forget["random"], low=0, low_open=True)
+    num_classes = task.get("num_classes")
+    if num_classes is not None:
+        validate.whole(f"{prefix}: task.num_classes", num_classes, low=1)
+    check_forget(prefix, forget, num_classes)  # a set the report can name, of classes the dataset has
     config = _mapping(prefix, "config", _required(prefix, res, "", "config"))
     validate.whole(f"{prefix}: config.seed", _required(prefix, config, "config", "seed"))
     prov = res.get("provenance")

@@ -23,6 +23,20 @@ def fq_doc(seed, scores, dataset="digits", forget=None):
                         for name, v in scores.items()}}
 
 
+def with_forget(forget, **task):
+    """A good file whose task.forget is ``forget`` (and more task keys)."""
+    doc = fq_doc(0, {"ga": 0.5})
+    doc["task"] = {**doc["task"], "forget": forget, **task}
+    return doc
+
+
+def test_a_final_score_above_one_is_kept(tmp_path):
+    """The final score is the forget score times two accuracy ratios (unlearned / retrained), which pass 1
+    where the unlearned model is the more accurate: such a file is valid."""
+    p = write(tmp_path / "forgetting_quality.json", fq_doc(0, {"ga": 1.004}))
+    assert load_forgetting_quality([p])[("digits", "small_cnn", "class 3")] == {"ga": [1.004]}
+
+
 def write(path, doc):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc))
@@ -60,7 +74,16 @@ def test_leaderboard_gains_the_column_only_when_given(records, tmp_path):  # noq
 @pytest.mark.parametrize("content,message", [
     ("{not json", "not a readable JSON"),
     (json.dumps({"schema": "unlearnkit.results/1"}), "is not a forgetting_quality.json"),
-    (json.dumps({**fq_doc(0, {"ga": "high"})}), "final_score must be a number or null"),
+    (json.dumps({**fq_doc(0, {"ga": "high"})}), "final_score must be a number >= 0 or null"),
+    (json.dumps({**fq_doc(0, {"ga": -5})}), "final_score must be a number >= 0 or null, not -5"),
+    (json.dumps({**fq_doc(0, {"ga": 0.5}), "methods": {"ga": {"forget_score": 1.5, "final_score": 0.5}}}),
+     r"forget_score must be a number in \[0, 1\] or null"),
+    # an empty forget set was dropped from the leaderboard without a word
+    (json.dumps(with_forget({})), "task.forget names no forget set"),
+    (json.dumps(with_forget({"kind": "classes", "classes": [], "random": None})), "task.forget names no forget set"),
+    (json.dumps(with_forget({"kind": "classes", "classes": [-1]})), "task.forget.classes"),
+    (json.dumps(with_forget({"kind": "classes", "classes": [99]}, num_classes=10)),
+     "task.forget.classes must be a whole number in 0..9, not 99"),
     (json.dumps({**fq_doc(0, {}), "config": {"seed": "zero"}}), "config.seed must be a whole number"),
 ])
 def test_bad_files_are_one_error(tmp_path, content, message):
