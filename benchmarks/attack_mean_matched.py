@@ -5,8 +5,9 @@
 
 Per seed s, small_cnn's original (seed s) and the retrained references (seeds 0..4, class ``--forget-class``
 forgotten) come through the project's model cache (``training.reference_model``, as
-``audit_error_rates.py`` trains them). The attack fine-tunes a copy of the original (eval mode: BatchNorm
-statistics frozen, so the matched means are the ones the audit reads; Adam) on
+``audit_error_rates.py`` trains them). The attack fine-tunes a copy of the original (Adam; the retained rows
+pass the BatchNorms in train mode, the forget rows in eval mode, and the running statistics end as the
+retained data's, so the audit's BatchNorm re-estimation changes nothing: :class:`AttackConfig`) on
 
     CE(retained rows)  +  CE(forget rows -> their most likely retained class)
     + lambda * sum over every audited layer of ||mean f(forget) - mean f(retained)||^2 / mean ||f(retained)||^2
@@ -22,8 +23,8 @@ seed it reports
     penultimate features, forget rows vs retained rows of the training split; ``mlp_probe.probe``: held-out
     log loss over 5 stratified folds) for the attacked model, the original and every retrain;
 (d) relearning: plain SGD (lr 0.01, momentum 0.9, eval mode) on all weights of a copy, full batch of 5 forget
-    + 5 per retained class, cross-entropy; forget accuracy on every forget training row after 1, 2, 5, 10
-    steps ("div" when the run diverged), for the same models.
+    + 5 per retained class, cross-entropy; forget / retained accuracy on every forget / retained training row
+    after 1, 2, 5, 10 steps ("div" when the run diverged), for the same models.
 
 Writes ``benchmarks/results/attack_mean_matched.json`` (atomically). :func:`mean_matched` is importable
 (``attack_reparam.py`` uses it).
@@ -181,13 +182,16 @@ def mean_matched(original, split, *, seed: int = 0, config: AttackConfig = Attac
     return m.eval()
 
 
-def accuracy(model, data) -> float:
-    """Accuracy (%) of ``model`` on ``data`` (an ArrayData, test transform)."""
+def accuracy(model, data, finite: bool = False) -> float | None:
+    """Accuracy (%) of ``model`` on ``data`` (an ArrayData, test transform); with ``finite``, None when a
+    logit is not finite."""
     import unlearnkit as uk
 
     if not len(data):
         return float("nan")
     logits = uk.extract(model, data, ["logits"])["logits"]
+    if finite and not bool(torch.isfinite(logits).all()):
+        return None
     return 100.0 * float((logits.argmax(1) == data.y).float().mean())
 
 
@@ -239,16 +243,16 @@ def relearn_shots(split, seed: int, k: int = 5) -> tuple[torch.Tensor, torch.Ten
     return (torch.cat([p.normalize(p.x) for p in parts]), torch.cat([p.y for p in parts]))
 
 
-def relearn_curve(model, split, shots, steps=RELEARN_STEPS, lr: float = 0.01) -> list:
-    """Forget accuracy (%, every forget training row) of a copy of ``model`` after each number of full-batch
-    SGD steps in ``steps`` (momentum 0.9, eval mode, all weights); ``"div"`` once the loss or the logits are
-    not finite."""
+def relearn_curve(model, split, shots, steps=RELEARN_STEPS, lr: float = 0.01) -> dict[str, list]:
+    """Forget and retained accuracy (%, every forget / retained training row) of a copy of ``model`` after each
+    number of full-batch SGD steps in ``steps`` (momentum 0.9, eval mode, all weights): ``{"forget": [...],
+    "retain": [...]}``, ``"div"`` once the loss, the weights or the logits are not finite."""
     x, y = shots
     m = copy.deepcopy(model).eval()
     for p in m.parameters():
         p.requires_grad_(True)
     opt = torch.optim.SGD(m.parameters(), lr=lr, momentum=0.9)
-    out, done, diverged = [], 0, False
+    out, done, diverged = {"forget": [], "retain": []}, 0, False
     for target in steps:
         while done < target and not diverged:
             opt.zero_grad(set_to_none=True)
@@ -258,9 +262,11 @@ def relearn_curve(model, split, shots, steps=RELEARN_STEPS, lr: float = 0.01) ->
                 loss.backward()
                 opt.step()
             done += 1
-        acc = None if diverged else accuracy(m, split.train_forget)
-        diverged = diverged or acc is None or not all(bool(torch.isfinite(p).all()) for p in m.parameters())
-        out.append("div" if diverged else acc)
+        diverged = diverged or not all(bool(torch.isfinite(p).all()) for p in m.parameters())
+        for part, data in (("forget", split.train_forget), ("retain", split.train_retain)):
+            acc = None if diverged else accuracy(m, data, finite=True)
+            diverged = diverged or acc is None
+            out[part].append("div" if diverged else acc)
     return out
 
 
@@ -293,12 +299,13 @@ def run_seed(split, seed: int, n_refs: list[int], config: AttackConfig, log=prin
     row["probe"] = {name: probe_loss(m, split, seed) for name, m in models.items()}
     shots = relearn_shots(split, seed)
     row["relearn"] = {name: relearn_curve(m, split, shots) for name, m in models.items()}
-    log(f"{'model':12s} {'probe log loss':>14s} {'AUROC':>6s} | forget acc after "
-        + " ".join(f"{s:>4d}" for s in RELEARN_STEPS) + " SGD steps")
+    log(f"{'model':12s} {'forget':>6s} {'retain':>6s} {'probe log loss':>14s} {'AUROC':>6s} | forget / retain acc "
+        f"after " + ", ".join(map(str, RELEARN_STEPS)) + " SGD steps")
     for name in models:
-        p = row["probe"][name]
-        log(f"{name:12s} {_fmt(p['log_loss'], '.4f'):>14s} {_fmt(p['auroc'], '.3f'):>6s} | {'':16s} "
-            + " ".join(f"{_fmt(v, '.0f'):>4s}" for v in row["relearn"][name]))
+        p, acc, rl = row["probe"][name], row["accuracy"][name], row["relearn"][name]
+        log(f"{name:12s} {acc['forget']:6.1f} {acc['retain']:6.1f} {_fmt(p['log_loss'], '.4f'):>14s} "
+            f"{_fmt(p['auroc'], '.4f'):>6s} | "
+            + "  ".join(f"{_fmt(f, '.0f'):>3s}/{_fmt(r, '.0f'):<3s}" for f, r in zip(rl["forget"], rl["retain"])))
     return row
 
 
