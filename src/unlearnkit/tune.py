@@ -12,9 +12,13 @@ another model); a search per task is the field's answer. This one:
   the penultimate layer (the statistic the verdict reads; 1 = as separable as in retrain). The
   weighting is our choice (INFERRED: no reference defines a tuning objective for unlearning); a trial
   whose output Gap is already worse than the median of earlier trials is pruned before its audit;
-* **resumes after kill -9**: Optuna's TPE sampler (seeded) and median pruner, with the study in the
-  project's SQLite store (``--db``, the bench store by default); a rerun of the same command continues
-  until ``trials`` trials have finished;
+* **resumes after kill -9**: Optuna's TPE sampler and median pruner, with the study in the project's
+  SQLite store (``--db``, the bench store by default; the path is taken literally); a rerun of the same
+  command continues until ``trials`` trials have finished. Each trial's sampling is seeded by the
+  seed and the trial's number (:func:`sampler`), which the store hands out once per study: a rerun,
+  or a second process on the same study, draws new points instead of repeating the first ones, and
+  a trial whose point another trial already holds (finished, or running elsewhere) is skipped
+  (pruned, ``duplicate_of``) instead of evaluated twice;
 * writes the best hyperparameters as a preset file (:mod:`unlearnkit.methods.tuned`) that ``run`` and
   ``bench`` take as ``--preset`` / ``preset:``.
 
@@ -22,6 +26,7 @@ What is searched is each method's own ``SEARCH_SPACE`` (declared in its file).
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 import warnings
@@ -129,15 +134,102 @@ def study_name(cfg: RunConfig, method: str, preset: str) -> str:
             f"{preset}")
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_store(db: Path) -> Path:
+    """``db`` as a store for the study: a file that is absent, empty or a SQLite database (its first 16
+    bytes say so); anything else is a UserError, before any work. Returns ``db``."""
+    if db.is_file() and db.stat().st_size > 0:
+        try:
+            with open(db, "rb") as f:
+                head = f.read(len(SQLITE_HEADER))
+        except OSError as e:
+            raise UserError(f"--db {db} cannot be read ({e.strerror})") from None
+        if head != SQLITE_HEADER:
+            raise UserError(f"--db {db} is not a SQLite database; give the results store (or a new file)")
+    return db
+
+
+def storage_url(db: Path) -> str:
+    """The SQLAlchemy URL of the SQLite file ``db``, its path taken literally (``a?b.db``, ``#``, ``%``,
+    spaces): an SQLite URI filename (``file:`` and the percent-quoted absolute path, ``uri=true``) that
+    SQLAlchemy renders, quoting it once more for its own parsing."""
+    from urllib.parse import quote
+
+    from sqlalchemy.engine import URL
+
+    url = URL.create("sqlite", database="file:" + quote(str(Path(db).resolve())), query={"uri": "true"})
+    return url.render_as_string(hide_password=False)
+
+
 def storage(db: Path):
     """Optuna's SQLite storage in the project's store (a heartbeat marks trials of a killed run failed)."""
     import optuna
+    from sqlalchemy.exc import SQLAlchemyError
 
+    check_store(db)
     db.parent.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna; they are what makes resuming work
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.storages.RDBStorage(f"sqlite:///{db}", engine_kwargs={"connect_args": {"timeout": 60}},
-                                          heartbeat_interval=30, grace_period=90)
+        try:
+            return optuna.storages.RDBStorage(storage_url(db), engine_kwargs={"connect_args": {"timeout": 60}},
+                                              heartbeat_interval=30, grace_period=90)
+        except SQLAlchemyError as e:  # a SQLite file of another program, a locked or read-only one
+            raise UserError(f"--db {db} cannot hold the study ({' '.join(str(getattr(e, 'orig', e)).split())})") \
+                from None
+
+
+def trial_seed(seed: int, number: int) -> int:
+    """The seed of trial ``number``'s sampling: a hash of the search's ``seed`` and the trial's number."""
+    return int.from_bytes(hashlib.sha256(f"unlearnkit tune/{seed}/{number}".encode()).digest()[:4], "little")
+
+
+def sampler(seed: int):
+    """Optuna's TPE sampler, seeded afresh for each trial with :func:`trial_seed` (``seed``, its number).
+
+    One sampler seeded once would draw the same points again in every process that starts it: a rerun
+    after kill -9 repeated its first trials, two processes on one study evaluated every point twice.
+    A trial's number is unique in its study (the store gives it), so each trial draws its own points,
+    and the same study run again from scratch draws the same ones (reproducible)."""
+    import optuna
+
+    class PerTrialTPE(optuna.samplers.BaseSampler):
+        def __init__(self) -> None:
+            self.inner = optuna.samplers.TPESampler(seed=seed)
+
+        def before_trial(self, study, trial) -> None:
+            self.inner = optuna.samplers.TPESampler(seed=trial_seed(seed, trial.number))
+            self.inner.before_trial(study, trial)
+
+        def infer_relative_search_space(self, study, trial):
+            return self.inner.infer_relative_search_space(study, trial)
+
+        def sample_relative(self, study, trial, search_space):
+            return self.inner.sample_relative(study, trial, search_space)
+
+        def sample_independent(self, study, trial, param_name, param_distribution):
+            return self.inner.sample_independent(study, trial, param_name, param_distribution)
+
+        def after_trial(self, study, trial, state, values) -> None:
+            self.inner.after_trial(study, trial, state, values)
+
+        def reseed_rng(self) -> None:
+            self.inner.reseed_rng()
+
+    return PerTrialTPE()
+
+
+def same_point(study, trial, params: dict) -> int | None:
+    """The number of another trial of ``study`` at ``params`` (finished, pruned, or running in another
+    process), or None."""
+    import optuna
+
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.RUNNING)
+    for t in study.get_trials(deepcopy=False, states=states):
+        if t.number != trial.number and t.params == params:
+            return t.number
+    return None
 
 
 def finished(study) -> int:
@@ -165,6 +257,10 @@ def objective_for(task: Task, method: str, preset: str):
 
     def objective(trial) -> float:
         params = sample(trial, METHODS.get(method).SEARCH_SPACE)
+        twin = same_point(trial.study, trial, params)
+        if twin is not None:  # never evaluate a point twice (a rerun, another process on the study)
+            trial.set_user_attr("duplicate_of", twin)
+            raise optuna.TrialPruned(f"the same point as trial {twin}")
 
         def report(value: float) -> bool:
             trial.report(value, 0)

@@ -75,6 +75,9 @@ def test_tune_writes_a_preset_resumes_and_run_uses_it(tmp_path, cache_dir):
     assert "2 of 3 trials finished before" in r.output
     study = optuna.load_study(study_name=found["tuned_on"]["study"], storage=f"sqlite:///{db}")
     assert tune.finished(study) == 3
+    # the rerun drew new points: a sampler seeded again as before would repeat trial 0's
+    points = [tuple(sorted(t.params.items())) for t in study.trials if t.params]
+    assert len(points) == len(set(points)) == 3, points
 
     best = read_preset_file(out)["method_params"]["ssd"]
     r = runner.invoke(app, ["run", "--dataset", "digits", "--forget-classes", "3", "--methods", "ssd", "--preset",
@@ -121,3 +124,97 @@ def test_tune_refuses_methods_without_a_search_space_and_bad_out(tmp_path):
     r = runner.invoke(app, ["tune", "--dataset", "digits", "--forget-classes", "3", "--method", "ssd", "--out",
                             str(tmp_path / "t.json")])
     assert r.exit_code == 2 and "must name a .yaml file" in r.output
+
+
+# --- resuming and sharing a study: the sampler, checked without training (a made-up objective) -------
+
+SPACE = {"x": optuna.distributions.FloatDistribution(1.0, 20.0, log=True),
+         "y": optuna.distributions.FloatDistribution(0.1, 1.0, log=True)}
+
+
+def made_up(trial) -> float:
+    return trial.suggest_float("x", 1.0, 20.0, log=True) - trial.suggest_float("y", 0.1, 1.0, log=True)
+
+
+def open_study(db, seed=0):
+    """The study as one `unlearnkit tune` process opens it: its own storage and sampler."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(study_name="s", storage=tune.storage(db), sampler=tune.sampler(seed),
+                               load_if_exists=True)
+
+
+def points(study) -> list[tuple]:
+    return [tuple(sorted(t.params.items())) for t in study.trials if t.params]
+
+
+def test_a_rerun_draws_new_points_and_the_same_study_again_the_same_ones(tmp_path):
+    first = open_study(tmp_path / "a.db")
+    first.optimize(made_up, n_trials=4)
+    again = open_study(tmp_path / "a.db")  # a rerun after kill -9: a new process, a new sampler
+    again.optimize(made_up, n_trials=4)
+    p = points(again)
+    assert len(p) == len(set(p)) == 8, p
+    fresh = open_study(tmp_path / "b.db")  # the same search from scratch: the same points, in order
+    fresh.optimize(made_up, n_trials=8)
+    assert points(fresh) == p
+
+
+def test_two_processes_on_one_study_draw_different_points(tmp_path):
+    a, b = open_study(tmp_path / "s.db"), open_study(tmp_path / "s.db")
+    ta, tb = a.ask(SPACE), b.ask(SPACE)  # both started with the same study, as two processes would
+    assert ta.number != tb.number and ta.params != tb.params
+
+
+def test_a_point_another_trial_holds_is_not_evaluated_again(tmp_path, monkeypatch):
+    calls = []
+
+    def score(task, method, preset, params, report=None):
+        calls.append(params)
+        return {"gap": 1.0, "objective": 1.0, "pruned": False}
+
+    monkeypatch.setattr(tune, "trial_score", score)
+    study = open_study(tmp_path / "s.db")
+    objective = tune.objective_for(None, "ssd", "reference")
+    point = {"selection_weighting": 3.0, "dampening_constant": 0.5}
+    study.enqueue_trial(point)
+    study.optimize(objective, n_trials=1)
+    running = study.ask()  # another process, evaluating the same point right now
+    running.suggest_float("selection_weighting", 1.0, 20.0, log=True)
+    study.enqueue_trial({"selection_weighting": 7.0, "dampening_constant": 0.2})
+    study.enqueue_trial(point)  # drawn again (by a rerun or the other process)
+    study.optimize(objective, n_trials=2)
+    assert calls == [point, {"selection_weighting": 7.0, "dampening_constant": 0.2}]
+    last = study.trials[-1]
+    assert last.state == optuna.trial.TrialState.PRUNED and last.user_attrs["duplicate_of"] == 0
+
+
+@pytest.mark.parametrize("name", ["a?b.db", "c#d %25 {e}.db"])
+def test_the_db_path_is_taken_literally(tmp_path, name):
+    study = open_study(tmp_path / name)
+    study.optimize(made_up, n_trials=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+    assert len(open_study(tmp_path / name).trials) == 1
+
+
+def test_a_db_that_is_not_sqlite_is_one_line_before_any_work(tmp_path):
+    db = tmp_path / "notes.db"
+    db.write_text("not a database\n")
+    out = tmp_path / "t.yaml"
+    r = runner.invoke(app, ["tune", "--dataset", "digits", "--forget-classes", "3", "--method", "ssd", "--db", str(db),
+                            "--out", str(out)])
+    assert r.exit_code == 2 and r.stderr.splitlines() == [f"error: --db {db} is not a SQLite database; give the "
+                                                          f"results store (or a new file)"], r.output
+    assert db.read_text() == "not a database\n" and not out.exists()
+
+
+def test_bench_dry_run_reads_a_store_only_tune_has_written(tmp_path):
+    db = tmp_path / "unlearnkit.db"
+    open_study(db).optimize(made_up, n_trials=1)
+    suite = tmp_path / "suite.yaml"
+    grid = {"datasets": ["digits"], "tasks": [{"forget_classes": [3]}], "methods": ["finetune"]}
+    suite.write_text(yaml.safe_dump({"suite": "t", "grids": [grid]}))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    r = runner.invoke(app, ["bench", str(suite), "--db", str(db), "--dry-run"])
+    assert r.exit_code == 0, r.output
+    assert "t: 2 cells, 0 finished" in r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # read only: nothing beside the store

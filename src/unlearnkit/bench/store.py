@@ -17,7 +17,9 @@ leaves either the whole cell or nothing of it; WAL with ``synchronous=FULL`` kee
 committed cell. Only the bench's main process writes; an exclusive lock file beside the database
 stops a second ``unlearnkit bench`` from running the same cells at the same time. Readers
 (``unlearnkit report``, ``unlearnkit bench --dry-run``) open it read-only (``create=False``) and
-write nothing, so a store on read-only storage, or another user's, can be reported on.
+write nothing, so a store on read-only storage, or another user's, can be reported on. ``unlearnkit
+tune`` keeps its Optuna studies in the same file; one that only ``tune`` has written reads as a store
+without cells.
 """
 from __future__ import annotations
 
@@ -128,6 +130,12 @@ class ResultStore:
                 db.close()
             raise UserError(f"{p} is not a usable results database ({e})") from None
         missing = [t for t in self.TABLES if t not in tables]
+        if len(missing) == len(self.TABLES) and "studies" in tables:
+            # `unlearnkit tune` wrote it (Optuna's tables), no bench yet: a store without cells. Our tables
+            # are made empty in the connection's own memory (TEMP), nothing is written to or beside the file
+            db.execute("PRAGMA temp_store=MEMORY")
+            db.executescript(DDL.replace("CREATE TABLE IF NOT EXISTS", "CREATE TEMP TABLE IF NOT EXISTS"))
+            return db
         if missing:
             db.close()
             raise UserError(f"{p} is not an unlearnkit results database (no table {', '.join(missing)}; "

@@ -36,7 +36,7 @@ def tune_command(
     from ..data.splits import ForgetSpec
     from ..runner import check_config
     from ..runtime import resolve_device
-    from ..tune import check_method
+    from ..tune import check_method, check_store
 
     spec = ForgetSpec.from_options(forget_classes, forget_random, None)
     name = check_method(method)
@@ -44,7 +44,7 @@ def tune_command(
     out = validate.output_file("--out", out)
     if out.suffix.lower() not in (".yaml", ".yml"):
         raise UserError(f"--out must name a .yaml file (run and bench read preset files by that suffix), not {out}")
-    db = validate.output_file("--db", db)
+    db = check_store(validate.output_file("--db", db))  # a file that is not a SQLite database: refused now
     cfg = RunConfig(dataset=dataset, model=model, forget_classes=list(spec.classes), forget_random=spec.random,
                     methods=[name], preset=preset, seed=seed, data_seed=data_seed, out=str(out.parent),
                     data_dir=str(data_dir), device=device, cache_dir=str(cache_dir) if cache_dir else None,
@@ -60,11 +60,11 @@ def _tune(cfg, name: str, preset: str, *, trials: int, db: Path, out: Path, prog
 
     from ..checkpoints import atomic_write_text
     from ..methods.tuned import preset_file_text
-    from ..tune import finished, objective_for, prepare_task, storage, study_name, tuned_on
+    from ..tune import finished, objective_for, prepare_task, sampler, storage, study_name, tuned_on
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(study_name=study_name(cfg, name, preset), storage=storage(db), direction="minimize",
-                                sampler=optuna.samplers.TPESampler(seed=cfg.seed),
+                                sampler=sampler(cfg.seed),
                                 pruner=optuna.pruners.MedianPruner(n_startup_trials=5), load_if_exists=True)
     before = finished(study)
     typer.echo(f"study {study.study_name!r} in {db}: {before} of {trials} trials finished before")
@@ -93,7 +93,9 @@ def _say(study, trial) -> None:
     import optuna
 
     a = trial.user_attrs
-    if trial.state == optuna.trial.TrialState.PRUNED:
+    if trial.state == optuna.trial.TrialState.PRUNED and "duplicate_of" in a:
+        value = f"skipped (the same point as trial {a['duplicate_of']})"
+    elif trial.state == optuna.trial.TrialState.PRUNED:
         value = f"pruned (Gap {a['gap']:.2f}, worse than the median)" if "gap" in a else "pruned"
     elif trial.value is not None:
         value = f"objective {trial.value:.3f}"
