@@ -8,9 +8,11 @@ Loading always uses ``torch.load(weights_only=True)``: no code in a checkpoint i
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import tempfile
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -59,23 +61,62 @@ def atomic_write_bytes(path: str | Path, write) -> None:
     """Call ``write(fileobj)`` on a temp file beside ``path``, fsync, then rename into place.
 
     The file gets the mode a plain ``open`` would give (0666 less the umask): a shared results
-    folder stays readable by the team (``mkstemp`` alone would leave it 0600)."""
+    folder stays readable by the team (``mkstemp`` alone would leave it 0600). The temp file is
+    locked while it is written; once ``path`` is in place, the temp files a killed earlier write of
+    it left behind are removed (:func:`remove_stale_temps`), so a rerun leaves no ``.*.tmp``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # a live writer's temp file: never taken for a stale one
         os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+            os.replace(tmp, path)
     except BaseException:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
         raise
+    remove_stale_temps(path)
+
+
+#: a temp file younger than this is left alone (its writer may be between mkstemp and its lock)
+STALE_TEMP_S = 5.0
+
+
+def remove_stale_temps(path: str | Path) -> int:
+    """Remove the temp files of :func:`atomic_write_bytes` for ``path`` (``.NAME.XXXXXXXX.tmp`` beside it)
+    that no writer holds: a killed process's lock is gone with it, a live writer's is held. Returns how
+    many were removed."""
+    path = Path(path)
+    prefix = f".{path.name}."
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return 0
+    removed = 0
+    for name in names:
+        middle = name[len(prefix):-len(".tmp")]
+        if not (name.startswith(prefix) and name.endswith(".tmp") and len(middle) == 8 and "." not in middle):
+            continue
+        try:
+            fd = os.open(path.parent / name, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if time.time() - os.fstat(fd).st_mtime >= STALE_TEMP_S:
+                os.unlink(path.parent / name)
+                removed += 1
+        except OSError:  # locked by a live writer, or gone already
+            pass
+        finally:
+            os.close(fd)
+    return removed
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

@@ -216,11 +216,14 @@ def _method_list(methods) -> list[str]:
 
 
 def _runs_for(runs_for: dict | None, names: list[str], runs: int) -> dict[str, int]:
-    out = {}
+    out, given = {}, {}
     for name, n in (runs_for or {}).items():
         c = METHODS.canonical(str(name).strip())
         if c not in names:
             raise UserError(f"--runs-for names {name!r}, which is not among the methods ({', '.join(names)})")
+        if c in given:  # finetune=3,FT=3: one method through an alias; the last count would win silently
+            raise UserError(f"--runs-for names {c} twice ({given[c]!r} and {name!r}); give each method once")
+        given[c] = name
         out[c] = _count(n, f"--runs-for {name}", MIN_RUNS, runs,
                         f" (at most --runs; at least {MIN_RUNS}{RUNS_WHY})")
     return out

@@ -16,8 +16,11 @@ def invoke(*args):
 
 
 def fq_args(out, cache, *extra):
-    return ["forgetting-quality", "--dataset", "digits", "--forget-classes", "3", "--methods", "finetune",
-            "--runs", "3", "--epochs", "2", "--out", out, "--cache-dir", cache, "--no-progress", *extra]
+    """The command line; ``extra`` option/value pairs replace the base's (an option given twice is refused)."""
+    opts = {"--dataset": "digits", "--forget-classes": "3", "--methods": "finetune", "--runs": "3", "--epochs": "2",
+            "--out": out, "--cache-dir": cache}
+    opts.update(zip(extra[::2], extra[1::2]))
+    return ["forgetting-quality", *[a for kv in opts.items() for a in kv], "--no-progress"]
 
 
 @pytest.fixture(scope="module")
