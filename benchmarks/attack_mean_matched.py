@@ -174,7 +174,7 @@ def mean_matched(original, split, *, seed: int = 0, config: AttackConfig = Attac
             loss.backward()
             opt.step()
             sums += [ce_r.item(), ce_f.item(), match.item()]
-        if log is not None:
+        if log is not None and (epoch == 0 or (epoch + 1) % 10 == 0 or epoch + 1 == config.epochs):
             log(f"  attack epoch {epoch + 1}/{config.epochs}: CE retained {sums[0]:.3f}, CE forget->retained "
                 f"{sums[1]:.3f}, mean matching {sums[2]:.4f} (sums over the epoch)")
     if config.bn_retained:
