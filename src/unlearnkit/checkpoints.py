@@ -199,8 +199,11 @@ def _check_state(state: Any, where: str) -> None:
 
 
 def _plain_value(value: Any) -> bool:
+    """None, a number, text, or lists / text-keyed mappings of those (a VFL model's ``bottom_kwargs``)."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return True
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain_value(v) for k, v in value.items())
     return isinstance(value, (list, tuple)) and all(_plain_value(v) for v in value)
 
 

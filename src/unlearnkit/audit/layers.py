@@ -435,7 +435,7 @@ def assign_margins(results: dict[str, list[LayerResult]], n_refs: int, config: A
         for r in rs:
             defined = all(math.isfinite(d) and d > 0 for d in r.mahalanobis_refs)
             logs = [math.log(d) if defined else math.nan for d in r.mahalanobis_refs]
-            tol = separability_tolerance(logs, family, sample_level, calibrated_on, config)
+            tol = separability_tolerance(logs, family, True, calibrated_on, config)  # two-sided: issue 28
             r.tolerance, r.separability_margin = tol, tol.value
             r.margin_source = tol.describe()
             r.auroc_margin = _auroc_margin(config, r.ref_spread_auroc if n_refs > 1 else None)

@@ -5,38 +5,39 @@ output metrics, k-NN, the resurfacing checks, and one :class:`Comparison` per (a
 statistic) with its p-value, Holm-adjusted over the whole family. :func:`decide` applies
 :data:`RULES` in order; the first that returns a :class:`Decision` wins:
 
-1. :func:`collapsed`: retained utility destroyed: train-retain or test-retain accuracy, or the
-   k-NN accuracy of the penultimate features on the retained test classes (the geometry), more than
-   ``collapse_margin`` points below retrain's.
+1. :func:`collapsed`: retained utility destroyed: train-retain or test-retain accuracy more than
+   ``collapse_margin`` points below retrain's (the penultimate k-NN accuracy is reported, no longer
+   read: cosine k-NN on raw features moves when units are rescaled).
 2. :func:`not_forgotten`: forget accuracy (training forget set) more than ``not_forgotten_margin``
    points above retrain's, and significantly so (one-sided two-proportion z-test at ``confidence``).
-3. :func:`suppressed`: the output forgets, but some comparison on either audit data rejects "within
-   tolerance of retrain" after Holm's correction over the family (so a genuine retrain is flagged in
+3. :func:`suppressed`: the output forgets, but some comparison on either audit data is significantly
+   *above* the tolerance after Holm's correction over the family (so a genuine retrain is flagged in
    at most 1 − ``confidence`` of audits), or a resurfacing check that enters the verdict (BatchNorm
-   recalibration, head re-fit; head relearning with K >= 2 references) brings the class back beyond
-   retrain's.
-4. :func:`too_few`: fewer than ``min_forget`` forget samples on the data the verdict rests on:
-   ``inconclusive``.
-5. :func:`no_positive_control`: the original model, measured the same way, is nowhere clear of the
-   tolerance on that data, so a model that kept the original representation could not be caught
-   either: ``inconclusive``.
-6. :func:`uncalibrated`: one retrained reference on an architecture whose constant tolerance was
-   not validated (:mod:`unlearnkit.audit.tolerance`): ``inconclusive`` (pass 5 or more references).
-7. :func:`not_equivalent`: some comparison's interval on that data still reaches the tolerance:
-   ``inconclusive``, naming the deciding layer and statistic and roughly how many forget samples
-   would decide.
-8. :func:`erased`: an equivalence claim (two one-sided tests, combined as an intersection-union test,
-   which needs no multiplicity correction): every layer and every statistic within tolerance of
-   retrain, the original clear of it somewhere, utility kept.
+   recalibration, head re-fit; with K >= 2 references head relearning and relearning on canonical
+   copies) brings the class back beyond retrain's.
+4. :func:`overforgotten`: some comparison is significantly *below* 1/tolerance (two-sided tests):
+   the removal itself is detectable.
+5. :func:`too_few`: fewer than ``min_forget`` forget samples on the data the verdict rests on.
+6. :func:`no_positive_control`: no layer is testable on that data (a layer is testable where its
+   statistic is defined and the original is clear of the tolerance: a per-layer positive control).
+7. :func:`uncalibrated`: one retrained reference on an architecture whose constant tolerance was
+   not validated (:mod:`unlearnkit.audit.tolerance`): pass 5 or more references.
+8. :func:`not_equivalent`: some testable layer's interval still reaches the tolerance on either side,
+   naming the layer and how many forget samples would decide (80 % power).
+9. :func:`unmeasured`: a deciding attack could not be measured (relearning diverged).
+10. :func:`blocked`: a resurfacing check that does not decide (one reference, or an architecture that
+    cannot be canonicalised) brought the class back: no flag, but no certification either.
+11. :func:`erased`: an equivalence claim (two one-sided tests, combined as an intersection-union test,
+    which needs no multiplicity correction): every testable layer within tolerance of retrain, at least
+    one testable layer, utility kept; it names the layers it certifies and those it cannot test.
 
-The statistic (:mod:`unlearnkit.audit.layers`) is the Mahalanobis separability ratio
-D²_unlearned / D²_retrain, compared on the log scale, at every layer of both audit data: it is
-invariant to function-preserving reparametrisations and it does not saturate. ΔAUROC (the held-out
-AUROC of the same LDA discriminant) and Mirage's ΔLPR are reported beside it and read by no rule:
-for Gaussian groups AUROC is a monotone function of D² (Φ(D/2) with a shared covariance), so it adds
-no information, it saturates (a retrain separates an unseen digit at AUROC 99 %+), and fitted on
-held-out splits of a few hundred rows in ~128 dimensions it moved by a held-out pair under
-float32 rounding of an invertible mixing of the units (the issue's property test).
+Rules 5-10 answer ``inconclusive``, each saying what would decide. The statistic
+(:mod:`unlearnkit.audit.layers`) is the ratio of the Gaussian-unbiased Mahalanobis distance U of
+forget vs retained features, unlearned over retrain, compared on the log scale at every layer of both
+audit data: invariant to function-preserving reparametrisations, two-sided, and "cannot decide"
+where it is not defined (a cap, too few rows, references that do not separate). ΔAUROC (the held-out
+AUROC of the LDA discriminant) and Mirage's ΔLPR are reported beside it and read by no rule: they
+saturate (a retrain separates an unseen digit at AUROC 99 %+).
 """
 from __future__ import annotations
 
@@ -250,8 +251,6 @@ def collapsed(m: Measurements) -> Decision | None:
     drops = {
         "retain accuracy": (out_u["retain_acc"], out_r["retain_acc"]),
         "test-retain accuracy": (out_u["test_retain_acc"], out_r["test_retain_acc"]),
-        "k-NN test-retain accuracy (penultimate features)": (m.knn_unlearned.get("test_retain"),
-                                                             m.knn_retrained.get("test_retain")),
     }
     ev = [f"{k} is {r - u:.1f} points below retrain's (collapse margin {cfg.collapse_margin:g}): "
           f"{u:.1f} vs {r:.1f}" for k, (u, r) in drops.items()
@@ -271,6 +270,19 @@ def not_forgotten(m: Measurements) -> Decision | None:
             f"forget accuracy {fu:.1f}% vs retrain's {fr:.1f}% (+{fu - fr:.1f} points, margin "
             f"{cfg.not_forgotten_margin:g}): the model still predicts the forget set"])
     return None
+
+
+def blocked(m: Measurements) -> Decision | None:
+    """A resurfacing check that does not decide (one reference, or raw weights of an architecture that
+    cannot be canonicalised) still withholds ``erased`` when it brings the class back beyond retrain:
+    never a flag (its margin is not calibrated), but no certification on the strength of it."""
+    fired = [r for r in m.resurfacing.values() if r.applicable and not r.in_verdict and r.resurfaced]
+    if not fired:
+        return None
+    return Decision("inconclusive", [_resurface_line(r) + "; this check does not decide here ("
+                                     + ("one reference: pass 5 to derive its margin" if m.n_refs < 2 else
+                                        "not invariant for this architecture") + "), so erasure is not certified"
+                                     for r in fired])
 
 
 def suppressed(m: Measurements) -> Decision | None:
@@ -340,7 +352,7 @@ def uncalibrated(m: Measurements) -> Decision | None:
                                                     "5 or more retrained references (--references 5)"])
 
 
-UNCALIBRATED = ("the tolerance (2x, calibrated on small_cnn) was not validated for this architecture and one "
+UNCALIBRATED = ("the tolerance (2.2x, calibrated on small_cnn) was not validated for this architecture and one "
                 "retrained reference cannot say how far retrains of other seeds differ from each other")
 
 
@@ -403,14 +415,14 @@ def erased(m: Measurements) -> Decision:
     testable = [c for c in main if c.testable]
     best = max(testable, key=lambda c: c.original_low - c.margin)
     return Decision("erased", [
-        f"certified at {', '.join(c.layer for c in testable)}: each interval lies inside its tolerance on the "
-        f"{m.rests_on} data ({m.n_forget[m.rests_on]} forget samples), where the original is clear of it; e.g. "
+        f"certified at {', '.join(c.layer for c in testable)}: each interval lies within tolerance of retrain on "
+        f"the {m.rests_on} data ({m.n_forget[m.rests_on]} forget samples), where the original is clear of it; e.g. "
         f"{_plain(best, m)}"] + _untestable_lines(m))
 
 
 RULES: tuple[Callable[[Measurements], Decision | None], ...] = (
     collapsed, not_forgotten, suppressed, overforgotten, too_few, no_positive_control, uncalibrated, not_equivalent,
-    unmeasured, erased)
+    unmeasured, blocked, erased)
 
 
 def decide(m: Measurements) -> Decision:
@@ -430,7 +442,8 @@ def decide(m: Measurements) -> Decision:
                                  f"{u['test_retain_acc']:.1f}% vs {r['test_retain_acc']:.1f}%")
         if d.verdict == "suppressed" and _uncalibrated(m):
             d.evidence.append(f"(caution) {UNCALIBRATED}: a retrain of this architecture could differ by more")
-        d.evidence.extend(_reported_only(m))
+        if rule is not blocked:
+            d.evidence.extend(_reported_only(m))
         return d
     raise AssertionError("the last rule always decides")  # pragma: no cover
 

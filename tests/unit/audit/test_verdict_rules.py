@@ -50,7 +50,7 @@ def _m(comps, n_forget=100, resurfacing=None, out_u=OUT, out_r=OUT, data=("train
 def test_the_rules_run_in_the_documented_order():
     assert [r.__name__ for r in RULES] == ["collapsed", "not_forgotten", "suppressed", "overforgotten", "too_few",
                                            "no_positive_control", "uncalibrated", "not_equivalent", "unmeasured",
-                                           "erased"]
+                                           "blocked", "erased"]
 
 
 def test_holm_adjusted_p_values_by_hand():
@@ -101,7 +101,10 @@ def test_resurfacing_enters_only_through_checks_marked_in_verdict():
     comps = [_cmp("penultimate", 0.0, -0.1, 0.1)]
     reported = ResurfaceResult("relearn", True, "", 0.0, 90.0, 0.0, 90.0, True, in_verdict=False, margin=20)
     d = decide(_m(comps, resurfacing={"relearn": reported}))
-    assert d.verdict == "erased" and d.evidence[-1].startswith("(reported, not decided on")
+    # a check that does not decide never flags, but it withholds erased when it fires
+    assert d.verdict == "inconclusive" and "does not decide here" in d.evidence[-1], d
+    quiet = ResurfaceResult("relearn", True, "", 0.0, 5.0, 0.0, 5.0, False, in_verdict=False, margin=20)
+    assert decide(_m(comps, resurfacing={"relearn": quiet})).verdict == "erased"
     read = ResurfaceResult("head_refit", True, "", 0.0, 95.0, 25.0, 70.0, True, margin=35)
     d = decide(_m(comps, resurfacing={"head_refit": read}))
     assert d.verdict == "suppressed" and "re-fitting the head" in d.evidence[-1]
