@@ -209,15 +209,16 @@ def test_ray_executor_gives_the_same_cells(tmp_path, cache_dir):
 
 
 def test_a_failing_cell_is_recorded_and_retried(tmp_path, cache_dir):
-    suite = {**NO_AUDIT, "grids": [{**TINY["grids"][0], "seeds": [0],
-                                    "tasks": [{"forget_indices": str(tmp_path / "missing.txt")}]}]}
+    # a dataset not on disk here passes the suite's checks (a Ray cluster's workers may hold it) and fails in
+    # its cells; a task the data cannot hold (a missing indices file...) is refused before any cell runs
+    suite = {**NO_AUDIT, "grids": [{**TINY["grids"][0], "seeds": [0], "datasets": ["cifar10"]}]}
     path = write_suite(tmp_path / "fail.yaml", suite)
     args = ["bench", str(path), "--db", str(tmp_path / "f.db"), "--out", str(tmp_path / "cells"), "--cache-dir",
-            str(cache_dir), "--no-progress"]
+            str(cache_dir), "--data-dir", str(tmp_path / "no-data"), "--no-progress"]
     for _attempt in (1, 2):
         r = runner.invoke(app, args)
         assert r.exit_code == 1 and "2 cell(s) failed" in r.output and "FAILED" in r.output, r.output
         assert "0 finished before" in r.output  # failed cells are not finished: each call retries them
     failures = query(tmp_path / "f.db", "SELECT run_id, error FROM failures ORDER BY run_id")
-    assert [f[0] for f in failures] == [1, 1, 2, 2] and all("missing.txt" in f[1] for f in failures)
+    assert [f[0] for f in failures] == [1, 1, 2, 2] and all("not found under" in f[1] for f in failures)
     assert query(tmp_path / "f.db", "SELECT count(*) FROM cells") == [(0,)]
