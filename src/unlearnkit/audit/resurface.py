@@ -211,15 +211,16 @@ def relearn_check(passes: ForwardPasses, before: float, ctx: AuditContext) -> Re
     held_data = _capped(split.train_forget.subset(torch.from_numpy(held)), config.resurface_max_forget,
                         config.probe_seed)
 
-    def attacked(model: nn.Module) -> float:
-        copy_ = relearn_copy(_canonical(model, ctx)[0].to(device), x, y, config.relearn_steps, config.relearn_lr)
+    def attacked(canonical: nn.Module) -> float:
+        copy_ = relearn_copy(canonical.to(device), x, y, config.relearn_steps, config.relearn_lr)
         if not all(bool(torch.isfinite(p).all()) for p in copy_.parameters()):
             return math.nan  # diverged
         return _forget_acc(copy_, held_data, config, device)
 
-    reasons = [r for m in (unlearned, *refs) if (r := _canonical(m, ctx)[1])]
-    after = attacked(unlearned)
-    vals = [ctx.cached(r, ("relearn",), lambda r=r: attacked(r)) for r in refs]
+    canon_u, reason_u = canonicalize(unlearned)  # the references' copies are cached across a run's audits
+    reasons = [r for r in (reason_u, *(_canonical(m, ctx)[1] for m in refs)) if r]
+    after = attacked(canon_u)
+    vals = [ctx.cached(r, ("relearn",), lambda r=r: attacked(_canonical(r, ctx)[0])) for r in refs]
     finite = [v for v in vals if math.isfinite(v)]
     ref_after = float(np.mean(finite)) if finite else math.nan
     decides = not reasons and len(finite) >= 2

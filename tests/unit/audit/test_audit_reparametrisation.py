@@ -71,7 +71,10 @@ def test_reparametrised_model_reads_the_same_numbers_and_verdict(case, expected,
     a, b = _read_by_the_verdict(base), _read_by_the_verdict(rep)
     assert a.keys() == b.keys() and len(a) >= 8
     for k in a:
-        assert b[k] == pytest.approx(a[k], rel=1e-3, abs=5e-3), k
+        # resurfacing numbers are percentages of ~2,600 head re-fit queries (130 forget rows x 20 draws): float32
+        # rounding of a mixed copy's features can flip one query (0.04 points) on another CPU's kernels
+        # (ATEN_CPU_CAPABILITY=default measured it); 0.1 points still fails on any real change
+        assert b[k] == pytest.approx(a[k], rel=1e-3, abs=0.1 if k[0] == "resurfacing" else 5e-3), k
     if case == "masked" and how == "rescaled":
         # the statistic the old verdict read is not invariant: it is reported, not decided on
         pen_a, pen_b = base.layer("penultimate"), rep.layer("penultimate")
