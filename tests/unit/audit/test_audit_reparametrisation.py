@@ -53,6 +53,24 @@ def _read_by_the_verdict(rep) -> dict:
     return nums
 
 
+def _assert_same_numbers(a: dict, b: dict, label) -> None:
+    """Every number the verdict reads agrees between a model and its reparametrised copy."""
+    for k in a:
+        if k[0] == "resurfacing":
+            # percentages of ~2,600 head re-fit queries (130 forget rows x 20 draws): float32 rounding of a mixed
+            # copy's features can flip one query (0.04 points) on another CPU's kernels
+            # (ATEN_CPU_CAPABILITY=default measured it); 0.1 points still fails on any real change
+            assert b[k] == pytest.approx(a[k], rel=1e-3, abs=0.1), (label, k)
+            continue
+        # the log ratio, its interval and p-values: float32 rounding of a mixed copy's features, amplified by the
+        # whitening on the test data's 37 forget rows in 128 dimensions, moved a log ratio by 0.0075 under
+        # ATEN_CPU_CAPABILITY=avx2; it must stay within 5 % of the interval's half-width (a real change of the
+        # statistic moves it by far more), the p-values within 0.02
+        half = (a[k][2] - a[k][1]) / 2
+        assert b[k][:3] == pytest.approx(a[k][:3], abs=max(5e-3, 0.05 * half)), (label, k)
+        assert b[k][3:] == pytest.approx(a[k][3:], abs=0.02), (label, k)
+
+
 @pytest.mark.parametrize("how", sorted(REPARAMETRISATIONS))
 @pytest.mark.parametrize("case,expected", [("masked", "suppressed"), ("retrain", "erased"),
                                            ("original", "not_forgotten")])
@@ -70,11 +88,7 @@ def test_reparametrised_model_reads_the_same_numbers_and_verdict(case, expected,
     assert rep.verdict == base.verdict, rep.summary()
     a, b = _read_by_the_verdict(base), _read_by_the_verdict(rep)
     assert a.keys() == b.keys() and len(a) >= 8
-    for k in a:
-        # resurfacing numbers are percentages of ~2,600 head re-fit queries (130 forget rows x 20 draws): float32
-        # rounding of a mixed copy's features can flip one query (0.04 points) on another CPU's kernels
-        # (ATEN_CPU_CAPABILITY=default measured it); 0.1 points still fails on any real change
-        assert b[k] == pytest.approx(a[k], rel=1e-3, abs=0.1 if k[0] == "resurfacing" else 5e-3), k
+    _assert_same_numbers(a, b, how)
     if case == "masked" and how == "rescaled":
         # the statistic the old verdict read is not invariant: it is reported, not decided on
         pen_a, pen_b = base.layer("penultimate"), rep.layer("penultimate")
@@ -114,6 +128,4 @@ def test_reparametrised_mnist5k_models_read_the_same_numbers_and_verdict(case, e
     base = _read_by_the_verdict(reps["none"])
     for how, rep in reps.items():
         assert rep.verdict == expected, (how, rep.summary())
-        got = _read_by_the_verdict(rep)
-        for k in base:
-            assert got[k] == pytest.approx(base[k], rel=1e-3, abs=5e-3), (how, k)
+        _assert_same_numbers(base, _read_by_the_verdict(rep), how)
