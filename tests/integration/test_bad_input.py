@@ -224,6 +224,11 @@ DOMAIN = [
     ("unlearn", ["--method", "retrain"], "retrain"),
     ("unlearn", ["--param", "epochs=abc"], "epochs"),
     ("unlearn", ["--param", "lr=nan"], "lr"),
+    ("audit", ["--layers", "penultimate,penultimate"], "penultimate"),
+    ("audit", ["--layers", ","], "--layers"),
+    ("train", ["--lr", "1e300"], "--lr"),
+    ("unlearn", ["--param", "epochs=0"], "epochs"),
+    ("unlearn", ["--param", "lr=1e300"], "lr"),
 ]
 
 
@@ -563,21 +568,6 @@ def test_corrupt_cifar_batches_are_one_line(name, guard, tmp_path):
     line = assert_refused(result, out, str(batch))
     assert why in line and "pwned" not in result.output, line
 
-
-MORE_DOMAIN = [
-    ("audit", ["--layers", "penultimate,penultimate"], "penultimate"),
-    ("audit", ["--layers", ","], "--layers"),
-    ("train", ["--lr", "1e300"], "--lr"),
-    ("unlearn", ["--param", "epochs=0"], "epochs"),
-    ("unlearn", ["--param", "lr=1e300"], "lr"),
-]
-
-
-@pytest.mark.parametrize("command,extra,names", MORE_DOMAIN, ids=[f"{c}:{' '.join(e)}" for c, e, _ in MORE_DOMAIN])
-def test_more_out_of_domain_values_are_refused(command, extra, names, files, guard, tmp_path):
-    out = tmp_path / "out"
-    result = runner.invoke(app, with_options(baseline(command, files, out), extra))
-    assert_refused(result, out, names)
 
 
 def test_an_unlearning_that_changes_nothing_writes_nothing(files, tmp_path):
