@@ -18,28 +18,33 @@ excess over retrain (a retrained model relearns a little too):
   mask or a reset head row changes nothing here. It reads the features the audit already has (no
   forward pass) and, like the representation statistics, no function-preserving reparametrisation
   moves it. Class forgetting only.
-* **head relearning** (body frozen; decides with K >= 2 references, reported with one): ``relearn_steps`` full-batch
-  SGD steps (lr ``head_relearn_lr``, momentum 0.9) on the model's *own* head, on ``relearn_k``
-  examples of each class, with the head written in coordinates whitened by the retained features
-  (:func:`unlearnkit.metrics.lda.head_relearn`: the same attack for every function-preserving
-  reparametrisation); forget accuracy on the other forget samples. A head that still points at the
-  forgotten class behind a suppressed bias (an output-level hiding the representation statistics
-  cannot see, because a retrained body separates an unseen digit too) gives it back in a few steps:
-  on mnist5k class 3 bad teacher 94 %, SSD 88 %, an output mask with bias -10 84 %, retrained heads
-  0 %. With one reference it does not decide because retrained heads themselves disagree out of
-  calibration: on digits class 6 retrains of seeds 0-3 relearn the class at 14, 41, 25 and 64 %, so
-  any constant margin that catches ec+cola (+35) would flag a genuine retrain (+49). With K >= 2
-  references the margin is derived from their spread (:func:`relearn_margin`: a one-sided prediction
-  bound, at least ``resurface_margin``), so it is wide where retrains disagree (class 6) and tight
-  where they agree (class 3: all at 0 %), and the check decides.
-* **k-shot relearning** (reported, not read by the verdict: SGD depends on the parametrisation):
-  fine-tune a copy for ``relearn_steps`` full-batch SGD steps (lr ``relearn_lr``, momentum 0.9,
-  BatchNorm/dropout in eval mode) on ``relearn_k`` training examples of each forgotten class plus
-  ``relearn_k`` of each retained class (so predicting the forgotten class everywhere does not pay),
-  then measure accuracy on the other forget samples. Class forgetting only: a random forget set
-  has no class of its own to relearn. With the default 10 steps at lr 0.01 it undoes a soft output
-  mask but not a reset head row over an untouched body (that stays at 0 %): the head re-fit is the
-  check with power for that.
+* **head relearning** (body frozen; decides with K >= 2 references, withholds ``erased`` when it
+  fires with one): ``relearn_steps`` full-batch SGD steps (lr ``head_relearn_lr``, momentum 0.9) on
+  the model's *own* head, on ``relearn_k`` examples of each class, with the head written in
+  coordinates whitened by the retained features (:func:`unlearnkit.metrics.lda.head_relearn`: the
+  same attack for every function-preserving reparametrisation); forget accuracy on the other forget
+  samples. A head that still points at the forgotten class behind a suppressed bias (an output-level
+  hiding the representation statistics cannot see, because a retrained body separates an unseen
+  digit too) gives it back in a few steps: on mnist5k class 3 bad teacher 94 %, SSD 88 %, an output
+  mask with bias -10 84 %, retrained heads 0 %. With one reference it does not decide because
+  retrained heads themselves disagree out of calibration: on digits class 6 retrains of seeds 0-3
+  relearn the class at 14, 41, 25 and 64 %, so any constant margin that catches ec+cola (+35) would
+  flag a genuine retrain (+49). With K >= 2 references the margin is derived from their spread
+  (:func:`relearn_margin`: a one-sided prediction bound, at least ``resurface_margin``), so it is
+  wide where retrains disagree (class 6) and tight where they agree (class 3: all at 0 %), and the
+  check decides.
+* **k-shot relearning** on canonical copies (:mod:`unlearnkit.audit.canonical`: per hidden unit,
+  incoming weights scaled to unit norm with the scale pushed to the next layer, eval BatchNorm folded,
+  units sorted, so no positive rescaling or permutation of units changes the result; SGD on raw weights
+  depends on the parametrisation, and the issue's rescaled salun copies made it diverge): fine-tune a
+  copy for ``relearn_steps`` full-batch SGD steps (lr ``relearn_lr``, momentum 0.9, BatchNorm/dropout in
+  eval mode) on ``relearn_k`` training examples of each forgotten class plus ``relearn_k`` of each
+  retained class (so predicting the forgotten class everywhere does not pay), then measure accuracy on
+  the other forget samples. Class forgetting only. With K >= 2 references it decides, over a margin
+  from their spread (:func:`relearn_margin`, a quarter of the false-flag budget, as head relearning);
+  with one reference, or on an architecture that cannot be canonicalised (residual connections), it is
+  reported, and the verdict withholds ``erased`` when it fires. A run that diverges on the unlearned
+  model is "not measured" (the verdict says so), never "nothing resurfaced".
 """
 from __future__ import annotations
 
