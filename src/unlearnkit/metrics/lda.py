@@ -29,9 +29,16 @@ Numerics: units are standardised first (a unit of zero variance carries nothing 
 then directions whose eigenvalue is below ``rel_tol`` x the largest are dropped; only a linear map
 with a condition number near 1/sqrt(``rel_tol``) could move a direction across that cut.
 
+* :func:`unbiased_separability` and :func:`ratio_interval`: what the audit's verdict reads since
+  issue 28: the Gaussian-unbiased Mahalanobis distance U (Lachenbruch 1968), with no ridge (so no cap
+  and no compression of ratios), its noncentral-F variance and closed-form leave-one-out values, and the
+  ratio of two models' U with an interval that covers (``benchmarks/audit_coverage.py``). Dead units are
+  cut on their own scale (:func:`live_whitened`), which no rescaling of any unit can move.
+  :func:`mahalanobis_separability` (the ridge form) is kept as a reported metric.
+
 [INFERRED] No reference code: Mirage (reference-specs §2.5) uses the trace form on raw features;
 this is classical Fisher LDA (Fisher 1936; Mahalanobis 1936), chosen for its invariance. Pure:
-imports only torch.
+imports only torch, numpy and scipy.
 """
 from __future__ import annotations
 
