@@ -254,3 +254,13 @@ def test_dict_datasets_are_read_with_default_and_named_keys():
     named = [{"img": xi, "cls": yi} for xi, yi in zip(x, y)]
     got = as_array_data(named, "forget", input_key="img", label_key="cls")
     assert torch.equal(got.x, x) and torch.equal(got.y, y)
+
+
+def test_non_finite_original_or_reference_is_named_by_audit_and_auditor():
+    """NaN weights of the original or a reference: refused before any pass, naming the argument, by uk.audit
+    and by uk.Auditor alike (a broken *unlearned* model is audited: its verdict is collapsed)."""
+    broken = mlp()
+    with torch.no_grad():
+        broken[0].weight[0, 0] = float("nan")
+    refused(lambda: uk.Auditor(broken, mlp(), **parts()), "original", "non-finite")
+    refused(lambda: uk.audit(mlp(), mlp(), [mlp(), broken], **parts()), "retrained[1]", "non-finite")

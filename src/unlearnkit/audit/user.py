@@ -215,7 +215,11 @@ class Auditor:
     def __init__(self, original: nn.Module, retrained, *, forget, retain, test, layers: Sequence[str] | None = None,
                  config: AuditConfig | None = None, device: str | None = None, progress: bool = True,
                  input_key: str | None = None, label_key: str | None = None, **config_overrides) -> None:
+        from ..checkpoints import require_finite_models
+
         original, refs, ref_roles = check_model(original, "original"), _references(retrained), _roles(retrained)
+        # NaN weights of the original or a reference: refused now, named (a broken unlearned model is "collapsed")
+        require_finite_models(original=original, retrained=retrained)
         self.config = _audit_config(config, config_overrides)
         for name, part in (("forget", forget), ("retain", retain), ("test", test)):
             if part is None:
@@ -317,10 +321,6 @@ def audit(original: nn.Module, unlearned, retrained, *, forget, retain, test, la
     Every argument is checked before any work (a :class:`~unlearnkit.UserError` naming it). Models must
     be float32 (float64 and half models are refused, not converted: ``model.float()``).
     """
-    from ..checkpoints import require_finite_models
-
-    # NaN weights of the original or a reference: refused now, named (a broken unlearned model is "collapsed")
-    require_finite_models(original=original, retrained=retrained)
     _unlearned(unlearned)
     auditor = Auditor(original, retrained, forget=forget, retain=retain, test=test, layers=layers, config=config,
                       device=device, progress=progress, input_key=input_key, label_key=label_key,
