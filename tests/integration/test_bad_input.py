@@ -149,14 +149,7 @@ def replace_option(args: list[str], cmd, param, opt: str | None, value: str) -> 
         out[positional[0]] = value
         return out
     drop = {opt} | ({o for o in FORGET if o != opt} if opt in FORGET else set())
-    out, i = [], 0
-    while i < len(args):
-        if args[i] in drop:
-            i += 2
-            continue
-        out.append(args[i])
-        i += 1
-    return out + [f"{opt}={value}"]
+    return _without(args, drop) + [f"{opt}={value}"]
 
 
 def _is_flag(cmd, token: str) -> bool:
@@ -246,6 +239,11 @@ def with_options(args: list[str], extra: list[str], keep_forget: bool = False) -
     drop = set(given)
     if given & set(FORGET) and not keep_forget:
         drop |= set(FORGET)
+    return _without(args, drop) + extra
+
+
+def _without(args: list[str], drop: set[str]) -> list[str]:
+    """``args`` less each option of ``drop`` and the value after it."""
     out, i = [], 0
     while i < len(args):
         if args[i] in drop:
@@ -253,7 +251,7 @@ def with_options(args: list[str], extra: list[str], keep_forget: bool = False) -
             continue
         out.append(args[i])
         i += 1
-    return out + extra
+    return out
 
 
 # --- run --config: wrongly typed YAML values -------------------------------------------------
