@@ -128,16 +128,22 @@ def _audited(recs) -> list:
     return [r for r in recs if r.audit and r.audit.get("layers")]
 
 
+def _layer_panels(groups: dict):
+    """(panels, plt, fig, axes, cmap) of a per-layer figure: at most a panel's worth of methods each, the
+    original drawn in every panel."""
+    panels = _chunks(groups, lambda m: m not in ("original", RETRAIN))
+    panels = panels or [(b, [], block_name(b)) for b in groups]
+    plt, fig, axes = _figure(len(panels), panel=WIDE, max_cols=2)
+    return panels, plt, fig, axes, plt.get_cmap("tab10")
+
+
 @literal_text
 def layerwise(records) -> bytes | None:
     groups = {b: ms for b, ms in group(records).items()
               if any(_audited(rs) and m != RETRAIN for m, rs in ms.items())}
     if not groups:
         return None
-    panels = _chunks(groups, lambda m: m not in ("original", RETRAIN))
-    panels = panels or [(b, [], block_name(b)) for b in groups]
-    plt, fig, axes = _figure(len(panels), panel=WIDE, max_cols=2)
-    cmap = plt.get_cmap("tab10")
+    panels, plt, fig, axes, cmap = _layer_panels(groups)
     for ax, (block, shown, title) in zip(axes, panels):
         methods = groups[block]
         for i, m in enumerate(["original", *shown]):
@@ -175,10 +181,7 @@ def separability(records) -> bytes | None:
                      for r in _audited(rs) for n in r.audit["layers"])}
     if not groups:
         return None
-    panels = _chunks(groups, lambda m: m not in ("original", RETRAIN))
-    panels = panels or [(b, [], block_name(b)) for b in groups]
-    plt, fig, axes = _figure(len(panels), panel=WIDE, max_cols=2)
-    cmap = plt.get_cmap("tab10")
+    panels, plt, fig, axes, cmap = _layer_panels(groups)
     for ax, (block, shown, title) in zip(axes, panels):
         methods = groups[block]
         drawn = [m for m in ["original", *shown] if _audited(methods.get(m, []))]
