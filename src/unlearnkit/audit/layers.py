@@ -196,7 +196,7 @@ def _models(data: AuditData, passes: ForwardPasses, ctx: AuditContext) -> tuple[
 def measure_data(data: AuditData, passes: ForwardPasses, ctx: AuditContext) -> list[LayerResult]:
     """Every audited layer's :class:`LayerResult` on one audit data choice.
 
-    Per model and layer, the Mahalanobis separability with its bootstrap draws and Mirage's F are
+    Per model and layer, the separability U with its leave-one-out values and Mirage's F are
     computed once, and the probe scores and the LDA discriminant's held-out AUROC on as many of the
     shared resplits as :func:`resplit` asks for; for the original and the references they come from the
     run's cache when an earlier audit computed them (:class:`AuditContext`). The work runs as parallel
@@ -383,7 +383,7 @@ def _layer_result(layer: str, data: AuditData, ms: list[_Model], splits, stops: 
     if stops is None:
         return res
     res.probed = True
-    # the verdict's statistic: the Mahalanobis separability ratio with its bootstrap draws
+    # the verdict's statistic: the ratio of U with its interval
     d_refs, s_refs = [m.d2 for m in m_refs], [m.sep for m in m_refs]
     res.mahalanobis, res.mahalanobis_original = m_u.d2, m_o.d2
     res.mahalanobis_retrained = float(np.mean(d_refs))
