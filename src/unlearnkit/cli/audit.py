@@ -50,7 +50,12 @@ def audit_command(
                                  "for several seeds: with 2 or more, each layer's tolerance is derived from "
                                  "their spread (5 recommended; one is enough only on small_cnn, the calibrated "
                                  "architecture)"),
-    dataset: str = typer.Option(..., help="dataset the models were trained on (unlearnkit list datasets)"),
+    dataset: str = typer.Option(..., help="dataset the models were trained on (unlearnkit list datasets): their "
+                                          "classes and input shape, and the split for any part not given as a file"),
+    forget_data: Optional[Path] = typer.Option(None, help="your forget set: a torch.save'd {'x': x, 'y': y} or (x, y) "
+                                                          "file, audited as given (no normalisation)"),
+    retain_data: Optional[Path] = typer.Option(None, help="your retain set (a tensor file as --forget-data)"),
+    test_data: Optional[Path] = typer.Option(None, help="your test set (a tensor file as --forget-data)"),
     forget_classes: Optional[str] = typer.Option(None, help="forgotten classes, e.g. 3 or 3,8"),
     forget_random: Optional[float] = typer.Option(None, help="random forget set: fraction (0,1) or count "
                                                              "(drawn with --data-seed, as when it was made)"),
@@ -84,13 +89,25 @@ def audit_command(
     from ..audit import AuditConfig
     from ..data.splits import ForgetSpec
 
-    spec = ForgetSpec.from_options(forget_classes, forget_random, forget_indices)
+    files = {"forget": forget_data, "retain": retain_data, "test": test_data}
+    for role, path in files.items():
+        if path is not None:
+            validate.input_file(f"--{role}-data", path)
+    if all(p is not None for p in files.values()):
+        given = [o for o, v in (("--forget-classes", forget_classes), ("--forget-random", forget_random),
+                                ("--forget-indices", forget_indices)) if v is not None]
+        if given:
+            raise UserError(f"{given[0]} is not needed with --forget-data, --retain-data and --test-data all given "
+                            f"(the forget set is --forget-data): drop it")
+        spec = None
+    else:
+        spec = ForgetSpec.from_options(forget_classes, forget_random, forget_indices)
     layer_list = parse_layers(layers)
     _check_files(original, unlearned, retrained, out)
     config = AuditConfig(center=center, confidence=confidence, n_splits=n_splits, audit_data=audit_data,
                          bn_recalibration=resurface, head_refit=resurface, head_relearn=resurface,
                          relearn=resurface, n_jobs=jobs, idi=idi)
-    data = {"dataset": dataset, "data_dir": data_dir, "download": download, "data_seed": data_seed}
+    data = {"dataset": dataset, "data_dir": data_dir, "download": download, "data_seed": data_seed, "files": files}
     return _audit([original, unlearned, *retrained], spec, data, model=model, layers=layer_list, config=config,
                   device=device, out=out)
 
@@ -106,10 +123,17 @@ def _audit(paths: list[Path], spec, data: dict, *, model, layers, config, device
 
     dev = resolve_device(device)
     bundle = load_dataset(data["dataset"], data["data_dir"], data["download"], data["data_seed"])
-    split = make_split(bundle, spec, seed=data["data_seed"])
+    files = data.get("files") or {}
+    theirs = spec is not None and not any(files.values())
+    split = make_split(bundle, spec, seed=data["data_seed"]) if spec is not None else None
+    if not theirs:
+        split = user_data_split(files, split, bundle)
     console = Console()
-    m_o, m_u, refs = _models(paths[0], paths[1], paths[2:], model=model, bundle=bundle,
-                             split_hash=split.split_hash, console=console)
+    m_o, m_u, refs, plain = _models(paths[0], paths[1], paths[2:], model=model, bundle=bundle,
+                                    split_hash=split.split_hash if theirs else None, console=console)
+    if theirs and plain:
+        warn(f"the checkpoints are plain state dicts, audited on unlearnkit's {bundle.name} split and normalisation "
+             f"(not your own data pipeline): give --forget-data, --retain-data and --test-data to audit on yours")
     try:  # the Python API's audit (uk.audit) on this split; --layers checked before any feature is extracted
         report = audit_split(m_o, m_u, refs, split, layers=layers, config=config, device=dev)
     except (KeyError, ValueError) as e:
@@ -119,6 +143,42 @@ def _audit(paths: list[Path], spec, data: dict, *, model, layers, config, device
     console.print(f"wrote {written['json']}, {written['md'].name} and {written['html'].name}", markup=False,
                   highlight=False)
     return report
+
+
+def warn(text: str) -> None:
+    """One ``warning: ...`` line on stderr, printed literally."""
+    typer.echo(f"warning: {text}", err=True)
+
+
+#: what unlearnkit's split gives for a part the user did not give as a file
+SUBSTITUTE = {"forget": ("train_forget", "its training rows to forget"),
+              "retain": ("train_retain", "its training rows without the forget set"),
+              "test": ("test", "its whole test set")}
+
+
+def user_data_split(files: dict, split, bundle):
+    """The audit's split from the user's tensor files (``--forget-data`` ...; :func:`load_tensor_file`), each
+    part not given taken from unlearnkit's ``split`` of ``bundle`` with a warning on stderr saying so."""
+    from ..data.user import load_tensor_file, user_split
+
+    parts = {}
+    for role, path in files.items():
+        if path is not None:
+            parts[role] = load_tensor_file(path, f"--{role}-data {path}", num_classes=bundle.num_classes)
+    for role in files:
+        if role not in parts:
+            attr, what = SUBSTITUTE[role]
+            parts[role] = getattr(split, attr)
+            warn(f"--{role}-data not given: the {role} set is unlearnkit's {bundle.name} split ({what}, "
+                 f"{len(parts[role])} rows, with unlearnkit's normalisation)")
+    flat = bundle.train.x.dim() == 2
+    want = tuple(bundle.train.x.shape[1:] if flat else bundle.train.x.shape[1:2])
+    for role, p in parts.items():
+        if isinstance(p, tuple) and tuple(p[0].shape[1:] if flat else p[0].shape[1:2]) != want:
+            shown = ", ".join(map(str, want)) + ("" if flat else ", ...")
+            raise UserError(f"--{role}-data {files[role]}: its inputs are shaped {list(p[0].shape)}, but the models "
+                            f"take {bundle.name}'s [N, {shown}]")
+    return user_split(parts["forget"], parts["retain"], parts["test"], num_classes=bundle.num_classes)
 
 
 def _check_files(original: Path, unlearned: Path, retrained: list[Path], out: Path) -> None:
@@ -132,20 +192,22 @@ def _check_files(original: Path, unlearned: Path, retrained: list[Path], out: Pa
 
 
 def _models(original: Path, unlearned: Path, retrained: list[Path], *, model, bundle, split_hash: str, console):
-    """The three roles' checkpoints; a reference trained on another split is named in a warning."""
+    """The three roles' checkpoints and whether any is a plain state dict; a reference trained on another split
+    than ``split_hash`` (None: the user's own data, not compared) is named in a warning."""
     from rich.markup import escape
 
-    m_o, _ = _load(original, "--original", model, bundle)
-    m_u, _ = _load(unlearned, "--unlearned", model, bundle)
-    refs = []
+    m_o, meta_o = _load(original, "--original", model, bundle)
+    m_u, meta_u = _load(unlearned, "--unlearned", model, bundle)
+    refs, metas = [], [meta_o, meta_u]
     for path in retrained:
         m_r, meta_r = _load(path, "--retrained", model, bundle)
         trained_on = (meta_r.get("key") or {}).get("split_hash")
-        if trained_on and trained_on != split_hash:
+        if split_hash and trained_on and trained_on != split_hash:
             console.print(f"[yellow]warning: {escape(str(path))} was retrained on split {trained_on}, but this "
                           f"forget request gives split {split_hash} (another forget set or --data-seed?)[/]")
         refs.append(m_r)
-    return m_o, m_u, refs
+        metas.append(meta_r)
+    return m_o, m_u, refs, any(m.get("source") == "plain state_dict" for m in metas)
 
 
 def _print_report(report, console) -> None:

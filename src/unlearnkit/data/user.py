@@ -225,3 +225,48 @@ def user_split(forget, retain=None, test=None, val=None, *, num_classes: int) ->
     return UnlearningSplit(bundle, spec, np.arange(n_r, len(train)), train_forget, train_retain,
                            t.subset(torch.nonzero(in_forget).flatten()), t.subset(torch.nonzero(~in_forget).flatten()),
                            t, v, digest)
+
+
+def load_tensor_file(path, where: str, *, num_classes: int) -> tuple[Tensor, Tensor]:
+    """``(x, y)`` of a tensor file: ``torch.save`` of ``{"x": Tensor, "y": Tensor}`` or of a tuple ``(x, y)``,
+    read with ``weights_only=True`` (nothing in the file is executed). ``x`` holds real numbers shaped
+    ``[N, ...]`` (N >= 1, all finite), ``y`` integer class indices shaped ``[N]`` in ``0..num_classes-1``;
+    anything else is a :class:`UserError` naming ``where`` (e.g. ``--forget-data f.pt``)."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # zip errors, EOF, the safe loader refusing a pickled object
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise UserError(f"{where} cannot be read as a tensor file (torch.save of {{'x': x, 'y': y}} or (x, y); "
+                        f"{' '.join(first.split())[:120]})") from None
+    if isinstance(payload, Mapping):
+        missing = [k for k in ("x", "y") if k not in payload]
+        if missing:
+            raise UserError(f"{where} holds a dict without the key(s) {', '.join(map(repr, missing))}; save "
+                            f"{{'x': inputs, 'y': labels}} (its keys: {', '.join(map(repr, list(payload)[:10]))})")
+        x, y = payload["x"], payload["y"]
+    elif isinstance(payload, (tuple, list)) and len(payload) == 2:
+        x, y = payload
+    else:
+        raise UserError(f"{where} holds {type(payload).__name__}; save {{'x': inputs, 'y': labels}} or "
+                        f"(inputs, labels)")
+    for name, t in (("x", x), ("y", y)):
+        if not isinstance(t, Tensor):
+            raise UserError(f"{where}: {name} must be a tensor, not {type(t).__name__}")
+    if x.is_complex() or x.dtype == torch.bool:
+        raise UserError(f"{where}: x must hold real numbers, not {x.dtype}")
+    if y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
+        raise UserError(f"{where}: y must hold integer class indices, not {y.dtype} (convert with y.long())")
+    if x.dim() < 2 or y.dim() != 1 or x.shape[0] != y.shape[0] or not len(y):
+        raise UserError(f"{where}: x must be shaped [N, ...] and y [N] with N >= 1, got x {tuple(x.shape)} and "
+                        f"y {tuple(y.shape)}")
+    if not bool(torch.isfinite(x.float()).all()):
+        raise UserError(f"{where}: x has non-finite values (NaN or inf)")
+    outside = sorted(set(y[(y < 0) | (y >= num_classes)].tolist()))
+    if outside:
+        raise UserError(f"{where}: labels must lie in 0..{num_classes - 1} (the dataset's classes), got "
+                        f"{', '.join(map(str, outside[:5]))}")
+    return x, y
