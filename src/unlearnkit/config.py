@@ -5,7 +5,8 @@ Keys (YAML and ``unlearnkit run`` flags take the same names, dashes or underscor
     dataset: mnist5k            model: small_cnn         model_kwargs: {width: 32}
     setting: standard           # standard | vfl (Mirage's vertical federated setting: --parties K
     parties: 2                  #   passive parties; model = the bottom, default mirage_bottom / mlp)
-    forget_classes: [3]         # or forget_random: 0.1 | 100, or forget_indices: file.txt
+    forget_classes: [3]         # or forget_random: 0.1 | 100, or forget_indices: file.txt, or
+                                #   forget_flipped: 0.05 (mislabeled data: data/splits.py)
     task: data_mismatch         # optional TARF concept task (one forget class), concept: [3, 8]
     methods: [finetune, gradient_ascent]                 # or "all"
     method_params: {gradient_ascent: {lr: 0.001}}        # overrides of a method's preset
@@ -41,6 +42,7 @@ class RunConfig:
     forget_classes: list[int] = field(default_factory=list)
     forget_random: float | None = None
     forget_indices: str | None = None
+    forget_flipped: float | None = None  # a fraction (0, 0.5) of train trained with flipped labels, then forgotten
     task: str | None = None     # all_matched | target_mismatch | model_mismatch | data_mismatch (TARF)
     concept: list[int] = field(default_factory=list)   # fine classes of the target concept (default: superclass)
     methods: list[str] = field(default_factory=lambda: ["finetune", "gradient_ascent"])
@@ -81,9 +83,13 @@ class RunConfig:
         self.concept = validate.int_list("concept", self.concept)
         if self.forget_random is not None:
             self.forget_random = validate.forget_random("forget_random", self.forget_random)
-        given = sum([bool(self.forget_classes), self.forget_random is not None, bool(self.forget_indices)])
+        if self.forget_flipped is not None:
+            self.forget_flipped = validate.forget_flipped("forget_flipped", self.forget_flipped)
+        given = sum([bool(self.forget_classes), self.forget_random is not None, bool(self.forget_indices),
+                     self.forget_flipped is not None])
         if given > 1:
-            raise UserError("give one forget set: forget_classes, forget_random or forget_indices, not several")
+            raise UserError("give one forget set: forget_classes, forget_random, forget_indices or forget_flipped, "
+                            "not several")
         if self.concept and not self.task:
             raise UserError("--concept needs --task (all_matched, target_mismatch, model_mismatch, data_mismatch)")
         if self.task is not None:

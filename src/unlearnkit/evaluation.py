@@ -62,6 +62,8 @@ def output_metrics(outputs: dict[str, dict[str, Tensor]], split, test_convention
     For a concept task (TARF, seed 002): ``forget_acc`` is UA over the whole target concept D_t,
     ``ua_f``/``ua_r`` split it into D_f and the false-remaining D_fr (model mismatch: the affected
     remaining D_ar, which should stay high), and ``retain_acc`` is over the true remaining D_r.
+    With flipped labels ``forget_acc`` is on the flipped labels (those the original learned) and
+    ``forget_true_acc`` on the true ones.
     """
     if test_convention not in TEST_CONVENTIONS:
         raise ValueError(f"test_convention must be one of {TEST_CONVENTIONS}")
@@ -79,6 +81,8 @@ def output_metrics(outputs: dict[str, dict[str, Tensor]], split, test_convention
         "test_retain_acc": accuracy(ltr, ytr),
         "test_acc_full": accuracy(lt, split.test.y),
     }
+    if "true_label" in split.train_forget.aux:  # flipped labels (data/splits.py): accuracy on the true class too
+        m["forget_true_acc"] = accuracy(lf, split.train_forget.aux["true_label"])
     if concept:
         target = split.extra["target"]
         other = split.extra["affected_retain" if split.extra["task"] == "model_mismatch" else "false_retain"]

@@ -73,16 +73,19 @@ def model_label(task: dict) -> str:
 
 
 def describe_forget(forget: dict) -> str:
-    """The forget set as results.md's title shows it (``classes [3]``, ``random 0.1``, a concept task)."""
+    """The forget set as results.md's title shows it (``classes [3]``, ``random 0.1``, ``flipped 0.05``, a
+    concept task)."""
     if forget["kind"] == "concept":
         return f"{forget['task']}: class {forget['classes'][0]} of concept {forget['concept']}"
+    if forget.get("flipped") is not None:
+        return f"flipped {forget['flipped']:g} (mislabeled training samples)"
     return f"{forget['kind']} {forget['classes'] or forget['random'] or forget['indices_file']}"
 
 
 def task_label(task: dict) -> str:
-    """The name of a forget task in a suite (``class 3``, ``classes 3,8``, ``random 10%``,
+    """The name of a forget task in a suite (``class 3``, ``classes 3,8``, ``random 10%``, ``flipped 5%``,
     ``data_mismatch 3 of 1,2``, ``indices f.txt``), or its ``name`` when it has one; the task's
-    keys are those of a suite (``forget_classes``, ``forget_random``, ...), each checked."""
+    keys are those of a suite (``forget_classes``, ``forget_random``, ``forget_flipped``, ...), each checked."""
     if task.get("name"):
         return validate.text("name of a task", task["name"])
     classes = ",".join(str(c) for c in _ints(task.get("forget_classes"), "forget_classes of a task"))
@@ -93,6 +96,9 @@ def task_label(task: dict) -> str:
     if task.get("forget_random") is not None:
         r = validate.forget_random("forget_random of a task", task["forget_random"])
         return f"random {r * 100:g}%" if r < 1 else f"random {int(r)}"
+    if task.get("forget_flipped") is not None:
+        f = validate.forget_flipped("forget_flipped of a task", task["forget_flipped"])
+        return f"flipped {f * 100:g}%"
     if task.get("forget_indices"):
         return f"indices {Path(str(task['forget_indices'])).name}"
     return f"class {classes}" if "," not in classes else f"classes {classes}"
@@ -101,14 +107,15 @@ def task_label(task: dict) -> str:
 def forget_label(forget: dict) -> str:
     """:func:`task_label` of results.json's ``task.forget`` (the name a suite gives the same task)."""
     return task_label({"forget_classes": forget.get("classes") or [], "forget_random": forget.get("random"),
-                       "forget_indices": forget.get("indices_file"), "task": forget.get("task"),
+                       "forget_indices": forget.get("indices_file"), "forget_flipped": forget.get("flipped"),
+                       "task": forget.get("task"),
                        "concept": forget.get("concept") or []})
 
 
 def check_forget(prefix: str, forget: dict, num_classes=None) -> None:
     """Raise a UserError (``prefix: ...``) unless results' ``task.forget`` names a forget set (classes,
-    a random fraction or count, an indices file, or a concept task) whose classes are whole numbers
-    below ``num_classes`` (the dataset's class count, when the file gives it)."""
+    a random fraction or count, an indices file, a flipped-label fraction, or a concept task) whose
+    classes are whole numbers below ``num_classes`` (the dataset's class count, when the file gives it)."""
     from .errors import UserError
 
     classes = forget.get("classes") or []
@@ -117,8 +124,12 @@ def check_forget(prefix: str, forget: dict, num_classes=None) -> None:
     for c in classes:
         validate.whole(f"{prefix}: task.forget.classes", c, low=0,
                        high=None if num_classes is None else num_classes - 1)
-    if not (classes or forget.get("random") is not None or forget.get("indices_file") or forget.get("task")):
-        raise UserError(f"{prefix}: task.forget names no forget set (no classes, random, indices_file or task)")
+    if forget.get("flipped") is not None:
+        validate.forget_flipped(f"{prefix}: task.forget.flipped", forget["flipped"])
+    if not (classes or forget.get("random") is not None or forget.get("indices_file") or forget.get("task")
+            or forget.get("flipped") is not None):
+        raise UserError(f"{prefix}: task.forget names no forget set (no classes, random, indices_file, flipped "
+                        f"or task)")
 
 
 def _ints(value, what: str) -> list[int]:

@@ -58,7 +58,9 @@ from .training import Reference, check_cache_dir, check_model, default_recipe, r
 
 
 def forget_spec(cfg: RunConfig) -> ForgetSpec:
-    return ForgetSpec(classes=tuple(cfg.forget_classes), random=cfg.forget_random, indices_file=cfg.forget_indices)
+    """The ForgetSpec of ``cfg``'s forget keys (classes, random, indices or flipped labels)."""
+    return ForgetSpec(classes=tuple(cfg.forget_classes), random=cfg.forget_random, indices_file=cfg.forget_indices,
+                      flipped=cfg.forget_flipped)
 
 
 def build_split(cfg: RunConfig, bundle):
@@ -390,13 +392,20 @@ COLUMNS = [("forget_acc", "forget acc", "{:.2f}"), ("retain_acc", "retain acc", 
            ("runtime_s", "time (s)", "{:.1f}"), ("speedup", "speedup", "{:.1f}x")]
 
 
+#: shown only where a model has it: accuracy on the forget set's true labels (flipped-label tasks)
+TRUE_CLASS = ("forget_true_acc", "forget true", "{:.2f}")
+
+
 def table_rows(results: dict) -> tuple[list[str], list[list[str]]]:
-    header = ["model"] + [c[1] for c in COLUMNS]
+    """``(header, rows)`` of the results table: one row per model, its verdict last where audited."""
+    flipped = any("forget_true_acc" in e["metrics"] for e in results["models"].values())
+    columns = [COLUMNS[0], TRUE_CLASS, *COLUMNS[1:]] if flipped else COLUMNS
+    header = ["model"] + [c[1] for c in columns]
     rows = []
     for name, entry in results["models"].items():
         m = entry["metrics"]
         cells = [name]
-        for key, _, fmt in COLUMNS:
+        for key, _, fmt in columns:
             v = m.get(key)
             cells.append("n/a" if v is None else fmt.format(v))
         audit = entry.get("audit") or {}

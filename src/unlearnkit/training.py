@@ -89,8 +89,11 @@ def reference_key(kind: str, split, model_name: str, model_kwargs: dict, recipe:
     """What a cached original/retrain model depends on (the original ignores the forget set).
 
     Not the device, the number of processes, nor runtime options that only reorder floating-point
-    work: a model trained data-parallel on GPUs is the same model as one trained on a CPU."""
-    return {**(runtime or Runtime()).cache_key(),
+    work: a model trained data-parallel on GPUs is the same model as one trained on a CPU. A split with
+    flipped labels (``split.extra["label_noise"]``) adds the flip, so its original never shares a clean one's
+    cache entry (the key of every other split is unchanged)."""
+    noise = split.extra.get("label_noise")
+    return {**(runtime or Runtime()).cache_key(), **({"label_noise": noise} if noise else {}),
         "kind": kind, "dataset": split.dataset.fingerprint(),
         "split_hash": split.split_hash if kind == "retrain" else None,
         "label_space": split.extra.get("label_space", "fine"),

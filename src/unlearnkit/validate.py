@@ -76,6 +76,11 @@ def forget_random(name: str, value: Any) -> float | int:
     raise UserError(f"{name} must be a fraction in (0, 1) or a whole count >= 1, not {value}")
 
 
+def forget_flipped(name: str, value: Any) -> float:
+    """The fraction of training samples given flipped labels (mislabeled data): a number in (0, 0.5)."""
+    return number(name, value, low=0, high=0.5, low_open=True, high_open=True)
+
+
 def int_list(name: str, value: Any, *, low: int | None = 0, unique: bool = True) -> list[int]:
     """Integers from ``"3,8"``, ``3`` or ``[3, 8]``; duplicates dropped (first kept) when ``unique``."""
     if isinstance(value, str):

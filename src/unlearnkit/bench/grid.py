@@ -12,7 +12,8 @@ A suite file (YAML, plain data only; a key twice in one mapping is refused)::
       - name: class
         datasets: [digits]
         models: [small_cnn]
-        tasks: [{forget_classes: [3]}, {forget_random: 0.1, name: random 10%}]
+        tasks: [{forget_classes: [3]}, {forget_random: 0.1, name: random 10%},
+                {forget_flipped: 0.05}]    # mislabeled data, named "flipped 5%" (data/splits.py)
         methods: [all]               # every registered method but retrain
         seeds: [0, 1, 2]
       - name: mismatch
@@ -41,7 +42,7 @@ from ..errors import UserError
 from ..results import task_label
 
 GRID_KEYS = {"name", "datasets", "models", "tasks", "methods", "seeds"}
-TASK_KEYS = {"name", "forget_classes", "forget_random", "forget_indices", "task", "concept"}
+TASK_KEYS = {"name", "forget_classes", "forget_random", "forget_indices", "forget_flipped", "task", "concept"}
 CELL_KEYS = {"dataset", "model", "methods", "seed", "out", "cache_dir", "device", "data_dir", "download",
              *TASK_KEYS - {"name"}}
 TOP_KEYS = {"suite", "db", "out", "defaults", "grids"}
@@ -230,12 +231,13 @@ def _with_preset_file(base: dict) -> dict:
 
 
 def _config(keys: dict) -> dict:
-    """The cell's RunConfig as a plain dict, validated, without the machine keys."""
+    """The cell's RunConfig as a plain dict, validated, without the machine keys (nor an unset
+    ``forget_flipped``, so that the cells of suites written before it keep their ids)."""
     try:
         cfg = RunConfig(**keys).to_dict()
     except TypeError as e:
         raise UserError(f"bad configuration in the suite: {e}") from None
-    return {k: v for k, v in cfg.items() if k not in MACHINE_KEYS}
+    return {k: v for k, v in cfg.items() if k not in MACHINE_KEYS and not (k == "forget_flipped" and v is None)}
 
 
 def _add(cells: dict, cell: Cell) -> None:

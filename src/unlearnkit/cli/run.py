@@ -22,6 +22,9 @@ def run_command(
     forget_classes: Optional[str] = typer.Option(None, help="classes to forget, e.g. 3 or 3,8"),
     forget_random: Optional[float] = typer.Option(None, help="random forget set: fraction (0,1) or count"),
     forget_indices: Optional[Path] = typer.Option(None, help="file of training indices to forget"),
+    forget_flipped: Optional[float] = typer.Option(None, help="mislabeled data: a random fraction in (0, 0.5) of "
+                                                   "train gets another class's label, the original trains on "
+                                                   "it, and that subset is forgotten"),
     task: Optional[str] = typer.Option(None, help="TARF concept task: all_matched | target_mismatch | "
                                        "model_mismatch | data_mismatch (one --forget-classes)"),
     concept: Optional[str] = typer.Option(None, help="fine classes of the target concept, e.g. 3,8 "
@@ -62,8 +65,10 @@ def run_command(
     runtime = runtime_options(amp, channels_last, compile_, deterministic, data_on_device)
     if runtime:
         cfg.runtime = {**cfg.runtime, **runtime}
-    if not (cfg.forget_classes or cfg.forget_random is not None or cfg.forget_indices):
-        raise UserError("say what to forget: --forget-classes, --forget-random or --forget-indices")
+    if not (cfg.forget_classes or cfg.forget_random is not None or cfg.forget_indices or
+            cfg.forget_flipped is not None):
+        raise UserError("say what to forget: --forget-classes, --forget-random, --forget-indices or "
+                        "--forget-flipped")
     _run(cfg, progress)
 
 

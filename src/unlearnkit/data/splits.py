@@ -1,8 +1,17 @@
 """Forget specifications and the unlearning split they produce.
 
 A :class:`ForgetSpec` says *what* to forget: whole ``classes``, a ``random`` fraction (0 < f < 1) or
-count (an int >= 1) of training samples, or the training ``indices`` listed in a file. A concept
-task (label-domain mismatch, seed 002) is built by :mod:`unlearnkit.data.concepts`.
+count (an int >= 1) of training samples, the training ``indices`` listed in a file, or ``flipped``
+mislabeled data (a fraction 0 < f < 0.5, below). A concept task (label-domain mismatch, seed 002) is
+built by :mod:`unlearnkit.data.concepts`.
+
+Flipped labels ("delete mislabeled data"): the forget set is drawn exactly as ``random`` draws it (a
+uniform, not class-stratified, draw of ``round(f * n)`` training rows with the data seed), and each of
+its labels y becomes ``(y + 1 + r) mod C`` with r uniform in 0..C-2 from the same seeded stream, so
+never the true class. The split's ``dataset.train`` (what the original trains on) holds the flipped
+labels; ``train_forget`` holds the forget rows with their flipped labels (what the original learned)
+and ``train_retain`` the rest, clean (what the retrain learns). Every part of the training split keeps
+the true label in ``aux["true_label"]``.
 
 :func:`make_split` turns it into an :class:`UnlearningSplit`. Indices always refer to positions in
 the bundle's ``train`` split (after the validation holdout). The split hash is a sha256 over the
@@ -31,13 +40,18 @@ class ForgetSpec:
     task: str | None = None            # a TARF concept task (data/concepts.py); classes = (forgotten class,)
     concept: tuple[int, ...] = ()
     samples: int | None = None         # a sample set the user handed over (unlearnkit.data.user): its size
+    flipped: float | None = None       # mislabeled data: this fraction (0, 0.5) of train, labels flipped
 
     def __post_init__(self) -> None:
         given = sum([bool(self.classes), self.random is not None, self.indices_file is not None,
-                     self.samples is not None])
+                     self.samples is not None, self.flipped is not None])
         if given != 1:
-            raise UserError("give exactly one forget specification: --forget-classes, --forget-random or "
-                            "--forget-indices")
+            raise UserError("give exactly one forget specification: --forget-classes, --forget-random, "
+                            "--forget-indices or --forget-flipped")
+        if self.flipped is not None:
+            from .. import validate
+
+            object.__setattr__(self, "flipped", validate.forget_flipped("flipped", self.flipped))
         object.__setattr__(self, "classes", tuple(int(c) for c in self.classes))
         object.__setattr__(self, "concept", tuple(int(c) for c in self.concept))
         if self.task is not None and len(self.classes) != 1:
@@ -69,6 +83,8 @@ class ForgetSpec:
             return "concept"
         if self.samples is not None:
             return "samples"
+        if self.flipped is not None:
+            return "flipped"
         return "classes" if self.classes else "random" if self.random is not None else "indices"
 
     def describe(self) -> str:
@@ -81,11 +97,15 @@ class ForgetSpec:
             return f"random {r:g} of train" if r < 1 else f"random {int(r)} train samples"
         if self.kind == "samples":
             return f"{self.samples} given samples"
+        if self.kind == "flipped":
+            return f"flipped labels on {self.flipped:g} of train"
         return f"indices from {self.indices_file}"
 
     def to_dict(self) -> dict:
         out = {"kind": self.kind, "classes": list(self.classes), "random": self.random,
                "indices_file": self.indices_file, "task": self.task, "concept": list(self.concept)}
+        if self.flipped is not None:
+            out["flipped"] = self.flipped
         return {**out, "samples": self.samples} if self.samples is not None else out
 
 
@@ -115,6 +135,11 @@ class UnlearningSplit:
         if self.spec.kind == "concept":
             return tuple(self.extra.get("forgotten_model_classes", ()))
         return self.spec.classes if self.spec.kind == "classes" else ()
+
+    @property
+    def true_forget_labels(self) -> "torch.Tensor":
+        """The forget set's true labels: ``train_forget.y`` except where labels were flipped (``flipped``)."""
+        return self.train_forget.aux.get("true_label", self.train_forget.y)
 
     @property
     def retrain_data(self) -> ArrayData:
@@ -194,14 +219,18 @@ def make_split(bundle: DatasetBundle, spec: ForgetSpec, seed: int = 0) -> Unlear
         if len(set(spec.classes)) >= k:
             raise UserError(f"cannot forget every class of {bundle.name}: nothing would remain to retain")
         forget = np.flatnonzero(np.isin(y, spec.classes))
-    elif spec.kind == "random":
-        r = spec.random
+    elif spec.kind in ("random", "flipped"):
+        r = spec.random if spec.kind == "random" else spec.flipped
         count = int(round(r * n)) if 0 < r < 1 else int(r)
         if r <= 0 or count < 1:
-            raise UserError(f"--forget-random {r:g} selects no sample (give a fraction in (0,1) or a count >= 1)")
+            hint = "a fraction in (0,1) or a count >= 1" if spec.kind == "random" else f"a larger fraction of {n}"
+            raise UserError(f"--forget-{spec.kind} {r:g} selects no sample (give {hint})")
         if count >= n:
             raise UserError(f"--forget-random {r:g} selects all {n} training samples: nothing would remain")
-        forget = np.sort(np.random.RandomState(seed).choice(n, count, replace=False))
+        rng = np.random.RandomState(seed)
+        forget = np.sort(rng.choice(n, count, replace=False))
+        if spec.kind == "flipped":
+            return _flipped_split(bundle, spec, forget, rng)
     else:
         forget = _forget_from_file(spec.indices_file, n)
         if len(forget) == 0:
@@ -226,4 +255,38 @@ def make_split(bundle: DatasetBundle, spec: ForgetSpec, seed: int = 0) -> Unlear
         test_retain=bundle.test.subset(torch.from_numpy(np.flatnonzero(~tmask))),
         test=bundle.test, val=bundle.val,
         split_hash=split_hash(bundle, forget),
+    )
+
+
+def flip_labels(y: np.ndarray, num_classes: int, rng: np.random.RandomState) -> np.ndarray:
+    """``(y + 1 + r) mod num_classes`` with r drawn uniform in 0..num_classes-2 from ``rng``: every label
+    moved to another class, each other class equally likely. Returns a new int64 array."""
+    if num_classes < 2:
+        raise UserError("flipping labels needs at least 2 classes")
+    r = rng.randint(0, num_classes - 1, size=len(y))
+    return ((np.asarray(y, dtype=np.int64) + 1 + r) % num_classes).astype(np.int64)
+
+
+def _flipped_split(bundle: DatasetBundle, spec: ForgetSpec, forget: np.ndarray,
+                   rng: np.random.RandomState) -> UnlearningSplit:
+    """The mislabeled-data split (module docstring): the forget rows' labels flipped with ``rng``."""
+    true = bundle.train.y.numpy()
+    y = true.copy()
+    y[forget] = flip_labels(true[forget], bundle.num_classes, rng)
+    train = bundle.train.with_labels(torch.from_numpy(y))
+    train.aux = {**train.aux, "true_label": bundle.train.y.clone()}
+    noisy = DatasetBundle(bundle.name, train, bundle.val, bundle.test, bundle.num_classes, bundle.classes,
+                          bundle.augment, bundle.data_seed)
+    mask = np.zeros(len(y), dtype=bool)
+    mask[forget] = True
+    # what the flip is, for split_hash and the reference models' cache key (training.reference_key)
+    noise = {"flipped": spec.flipped, "labels": hashlib.sha256(y[forget].tobytes()).hexdigest()[:16]}
+    empty = bundle.test.subset(torch.zeros(0, dtype=torch.long))
+    return UnlearningSplit(
+        dataset=noisy, spec=spec, forget_indices=forget,
+        train_forget=train.subset(torch.from_numpy(forget)),
+        train_retain=train.subset(torch.from_numpy(np.flatnonzero(~mask))),
+        test_forget=empty, test_retain=bundle.test, test=bundle.test, val=bundle.val,
+        split_hash=split_hash(bundle, forget, {"label_noise": noise}),
+        extra={"label_noise": noise},
     )
