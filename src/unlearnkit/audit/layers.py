@@ -8,7 +8,11 @@ Two families of numbers per layer, each model measured on the same J resplits:
   of the Gaussian-unbiased Mahalanobis distance (:func:`~unlearnkit.metrics.lda.unbiased_separability`), which
   the verdict reads, with an interval from U's noncentral-F variance and the models' jackknife
   correlations on the same rows (:func:`~unlearnkit.metrics.lda.ratio_interval`; its coverage is
-  measured by ``benchmarks/audit_coverage.py``); and, reported beside it, ΔAUROC
+  measured by ``benchmarks/audit_coverage.py``); with K >= 2 references, the distribution-level
+  comparison the verdict also reads: the ratio of MMD² of forget vs retained rows on whitened features
+  (:mod:`unlearnkit.metrics.two_sample`: invariant to invertible linear maps of the units, flagged
+  ``saturated`` at a cap or floor), with Fieller's interval and p-values from Fieller's pivot
+  (coverage: ``benchmarks/two_sample_coverage.py``); and, reported beside them, ΔAUROC
   (unlearned − retrain, points) of the held-out LDA discriminant, paired over the J resplits with a
   corrected-t interval. Both for the unlearned model and for the original (the positive control);
 * **Mirage's numbers, reported as the paper defines them** (reference-specs §2.5) and read by no
@@ -39,6 +43,8 @@ import torch
 
 from ..metrics import cka_subsample_indices, fisher_separability, linear_cka
 from ..metrics.lda import Separability, heldout_auroc, ratio_interval, unbiased_separability
+from ..metrics.two_sample import RatioMoments, TwoSampleStat, mmd_two_sample, ratio_moments
+from ..metrics.two_sample import ratio_interval as mmd_ratio_interval
 from .config import AuditConfig
 from .context import AuditContext, ForwardPasses
 from .data import AuditData
@@ -77,6 +83,7 @@ class Interval:
     df: int = 0
     draws: np.ndarray | None = field(default=None, repr=False, compare=False)  # bootstrap, log scale
     status: str = "ok"        # separability ratio: "ok", "separated", or why no ratio is defined
+    moments: RatioMoments | None = field(default=None, repr=False, compare=False)  # MMD: Fieller's pivot
 
     def as_list(self) -> list:
         return [self.low, self.high]
@@ -120,6 +127,14 @@ class LayerResult:
     separability_margin: float = math.nan
     margin_source: str = ""
     tolerance: Tolerance | None = None        # the separability tolerance and its provenance
+    # --- the distribution-level comparison (K >= 2 references): MMD² on whitened features ---------
+    mmd: float = math.nan                     # MMD²_u of forget vs retained rows, unlearned model
+    mmd_original: float = math.nan
+    mmd_refs: list = field(default_factory=list)
+    mmd_ratio: Interval | None = None         # MMD²_u / mean over references, Fieller interval
+    mmd_ratio_original: Interval | None = None
+    mmd_margin: float = math.nan
+    mmd_tolerance: Tolerance | None = None
     mahalanobis_refs: list = field(default_factory=list)  # D² of each reference
     per_split: dict = field(default_factory=dict, repr=False)
     # --- adaptive resplitting: the resplits behind ΔAUROC and ΔLPR, their intervals' confidence -----
@@ -141,6 +156,7 @@ class _Model:
     scores: ProbeScores | None = None  # the probe on the first len(scores.bacc) resplits
     auroc: np.ndarray | None = None    # held-out LDA AUROC on the first len(auroc) resplits, percent
     sep: Separability | None = None    # the verdict's separability (U, its variance, leave-one-out values)
+    mmd: TwoSampleStat | None = None   # MMD² of forget vs retained rows (computed with K >= 2 references)
 
     @property
     def d2(self) -> float:
@@ -169,6 +185,12 @@ def _per_model(m: _Model, y: np.ndarray) -> None:
     :func:`~unlearnkit.audit.probing.run_parallel`)."""
     m.separability = fisher_separability(m.x, y)
     m.sep = unbiased_separability(m.x, y)
+
+
+def _mmd(m: _Model, y: np.ndarray) -> None:
+    """The whitened-feature MMD² of one model (:func:`unlearnkit.metrics.two_sample.mmd_two_sample`; every
+    model on the same rows: they depend only on the mask)."""
+    m.mmd = mmd_two_sample(m.x, y)
 
 
 def _models(data: AuditData, passes: ForwardPasses, ctx: AuditContext) -> tuple[dict[str, list[_Model]], list]:
@@ -210,6 +232,9 @@ def measure_data(data: AuditData, passes: ForwardPasses, ctx: AuditContext) -> l
         splits = make_splits(y, config) if probed else []
         stops = resplit(models, y, splits, config, ctx.device) if probed else {}
         run_parallel([partial(_per_model, m, y) for m in fresh], config)
+        if len(passes.out_refs) >= 2 and probed:  # the distribution-level comparison decides with K >= 2
+            todo = {id(m): m for ms in models.values() for m in ms if m.mmd is None}
+            run_parallel([partial(_mmd, m, y) for m in todo.values()], config)
         return run_parallel([partial(_layer_result, layer, data, models[layer], splits, stops.get(layer), config)
                              for layer in passes.layers], config)
 
@@ -394,8 +419,31 @@ def _layer_result(layer: str, data: AuditData, ms: list[_Model], splits, stops: 
         k = len(m_refs)
         res.ref_spread_separability = float(max(abs(math.log(d_refs[i] / float(np.mean(
             [d_refs[j] for j in range(k) if j != i])))) for i in range(k)))
+    if all(m.mmd is not None for m in ms):
+        _mmd_numbers(res, m_u, m_o, m_refs, config)
     _resplit_numbers(res, ms, splits, stops, config)
     return res
+
+
+def _mmd_interval(s: TwoSampleStat, refs: list[TwoSampleStat], config: AuditConfig) -> Interval:
+    """MMD²_s / mean MMD²_refs with Fieller's interval; ``moments`` carries what Fieller's pivot needs for
+    p-values at any tolerance; ``status`` says when no ratio is defined (a saturated statistic, or
+    references whose MMD² is not clearly above 0)."""
+    r = mmd_ratio_interval(s, refs, config.confidence)
+    saturated = next((x.reason for x in (s, *refs) if x.saturated or not math.isfinite(x.value)), "")
+    if saturated:
+        return Interval(r.ratio, r.low, r.high, status=f"saturated ({saturated})")
+    if math.isinf(r.low) and math.isinf(r.high):
+        return Interval(r.ratio, r.low, r.high, status="reference_not_separated")
+    return Interval(r.ratio, r.low, r.high, r.se_log, 0, None, "ok", ratio_moments(s, refs))
+
+
+def _mmd_numbers(res: LayerResult, m_u: _Model, m_o: _Model, m_refs: list[_Model], config: AuditConfig) -> None:
+    refs = [m.mmd for m in m_refs]
+    res.mmd, res.mmd_original = m_u.mmd.value, m_o.mmd.value
+    res.mmd_refs = [float(s.value) for s in refs]
+    res.mmd_ratio = _mmd_interval(m_u.mmd, refs, config)
+    res.mmd_ratio_original = _mmd_interval(m_o.mmd, refs, config)
 
 
 def _resplit_numbers(res: LayerResult, ms: list[_Model], splits, stops: dict[str, int],
@@ -424,18 +472,26 @@ def _resplit_numbers(res: LayerResult, ms: list[_Model], splits, stops: dict[str
                      "lpr_unlearned": b_u, "lpr_original": b_o, "lpr_retrained": b_r}
 
 
+def _logs(values: list[float]) -> list[float]:
+    """log of each reference's statistic, all NaN unless every one is positive and finite."""
+    defined = all(math.isfinite(d) and d > 0 for d in values)
+    return [math.log(d) if defined else math.nan for d in values]
+
+
 def assign_margins(results: dict[str, list[LayerResult]], n_refs: int, config: AuditConfig,
                    calibrated_on: str | None, sample_level: bool) -> None:
     """Set each layer's tolerances (:mod:`unlearnkit.audit.tolerance`): the separability tolerance
-    from the references' spread (K >= 2) or the calibrated constant (K = 1), over the family of every
-    probed (audit data, layer); the reported ΔAUROC's reference line is the default widened by
+    from the references' spread (K >= 2) or the calibrated constant (K = 1), and with K >= 2 the MMD²
+    ratio's from the references' spread of log MMD² (the same rule), over the family of every probed
+    (audit data, layer, statistic); the reported ΔAUROC's reference line is the default widened by
     ``spread_factor`` x the references' largest deviation."""
-    family = sum(1 for rs in results.values() for r in rs if r.probed)
+    family = sum(1 + (r.mmd_ratio is not None) for rs in results.values() for r in rs if r.probed)
     for rs in results.values():
         for r in rs:
-            defined = all(math.isfinite(d) and d > 0 for d in r.mahalanobis_refs)
-            logs = [math.log(d) if defined else math.nan for d in r.mahalanobis_refs]
-            tol = separability_tolerance(logs, family, True, calibrated_on, config)  # two-sided: issue 28
+            tol = separability_tolerance(_logs(r.mahalanobis_refs), family, True, calibrated_on, config)  # two-sided
             r.tolerance, r.separability_margin = tol, tol.value
             r.margin_source = tol.describe()
+            if r.mmd_ratio is not None:
+                r.mmd_tolerance = separability_tolerance(_logs(r.mmd_refs), family, True, None, config)
+                r.mmd_margin = r.mmd_tolerance.value
             r.auroc_margin = _auroc_margin(config, r.ref_spread_auroc if n_refs > 1 else None)

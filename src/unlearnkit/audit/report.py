@@ -46,14 +46,17 @@ def _iv(i: Interval | None) -> tuple[float | None, list | None]:
 
 
 def layer_dict(r: LayerResult) -> dict:
-    """One layer's numbers for JSON. The verdict reads ``delta_auroc`` and ``separability_ratio``
-    (invariant statistics); ``lpr``/``delta_lpr``/``separability`` are Mirage's, reported."""
+    """One layer's numbers for JSON. The verdict reads ``separability_ratio`` and, with K >= 2 references,
+    ``mmd_ratio`` (invariant statistics); ``delta_auroc`` is reported beside them and
+    ``lpr``/``delta_lpr``/``separability`` are Mirage's, reported."""
     d_lpr, d_lpr_ci = _iv(r.delta_lpr)
     d_o, d_o_ci = _iv(r.delta_lpr_original)
     d_au, d_au_ci = _iv(r.delta_auroc)
     d_auo, d_auo_ci = _iv(r.delta_auroc_original)
     s_r, s_r_ci = _iv(r.separability_ratio)
     s_o, s_o_ci = _iv(r.separability_ratio_original)
+    m_r, m_r_ci = _iv(r.mmd_ratio)
+    m_o, m_o_ci = _iv(r.mmd_ratio_original)
     return {
         "lpr": r.lpr, "delta_lpr": d_lpr, "delta_lpr_ci": d_lpr_ci,
         "cka_original": r.cka_original, "cka_retrain": r.cka_retrain, "separability": r.separability,
@@ -74,14 +77,19 @@ def layer_dict(r: LayerResult) -> dict:
         "auroc_splits": r.auroc_splits, "lpr_splits": r.lpr_splits, "resplit_confidence": r.resplit_confidence,
         "tolerance": r.tolerance.to_dict() if r.tolerance is not None else None,
         "mahalanobis_refs": list(r.mahalanobis_refs),
+        "mmd": r.mmd, "mmd_original": r.mmd_original, "mmd_refs": list(r.mmd_refs),
+        "mmd_ratio": m_r, "mmd_ratio_ci": m_r_ci, "mmd_ratio_original": m_o, "mmd_ratio_original_ci": m_o_ci,
+        "mmd_ratio_status": r.mmd_ratio.status if r.mmd_ratio is not None else None,
+        "mmd_margin": r.mmd_margin,
+        "mmd_tolerance": r.mmd_tolerance.to_dict() if r.mmd_tolerance is not None else None,
     }
 
 
-FAMILY_NOTE = ("suppressed: any comparison's Holm-adjusted p-value (H0: within tolerance of retrain; "
-               "one-sided for class forgetting, two-sided for sample-level) below 1 - confidence, over "
-               "every comparison of both audit data; erased: intersection-union equivalence test, every "
-               "comparison's interval on the data the verdict rests on inside its tolerance, and the "
-               "original's interval clear of it somewhere (positive control)")
+FAMILY_NOTE = ("suppressed / overforgotten: any comparison's Holm-adjusted p-value (H0: within tolerance of "
+               "retrain, two-sided) below 1 - confidence, above / below retrain, over every comparison "
+               "(separability and, with K >= 2 references, MMD², at every layer) of both audit data; erased: "
+               "intersection-union equivalence test, every testable comparison's interval on the data the verdict "
+               "rests on inside its tolerance (testable: the original's interval is clear of it there)")
 
 
 @dataclass

@@ -48,6 +48,7 @@ from typing import Callable
 import numpy as np
 from scipy import stats
 
+from ..metrics.two_sample import fieller_p
 from .config import AuditConfig
 from .layers import Interval, LayerResult
 
@@ -55,7 +56,8 @@ VERDICTS = ("erased", "suppressed", "overforgotten", "collapsed", "not_forgotten
 #: CKA (standardised units) to the original at or above which a layer counts as kept from the original,
 #: when the references' CKA to the original is below it.
 KEPT_CKA = 0.995
-STATS = ("separability",)  # what the rules read; ΔAUROC and Mirage's ΔLPR are reported beside it
+#: what the rules read (MMD² where it was computed: K >= 2 references); ΔAUROC and Mirage's ΔLPR are reported
+STATS = ("separability", "mmd")
 
 
 @dataclass(frozen=True)
@@ -166,7 +168,9 @@ def p_value(iv: Interval, margin: float, log_scale: bool, two_sided: bool) -> fl
     (1 + #draws on the H0 side) / (B + 1); a t-interval gives the t tail with its ``se`` and ``df``;
     without either, 0 or 1 by whether the interval clears the tolerance."""
     m = math.log(margin) if log_scale else margin
-    if iv.draws is not None and iv.draws.size:
+    if iv.moments is not None:  # Fieller's pivot (MMD²: valid at a value at or below 0)
+        up, down = fieller_p(iv.moments, margin)[0], fieller_p(iv.moments, 1.0 / margin)[1]
+    elif iv.draws is not None and iv.draws.size:
         b = iv.draws.size
         up = (1 + np.searchsorted(iv.draws, m, side="right")) / (b + 1)
         down = (1 + b - np.searchsorted(iv.draws, -m, side="left")) / (b + 1)
@@ -208,12 +212,12 @@ def _kept(r: LayerResult) -> str:
 
 
 def _comparison(data: str, r: LayerResult, stat: str, two_sided: bool) -> Comparison | None:
-    log_scale = stat == "separability"
-    iv, ivo = ((r.delta_auroc, r.delta_auroc_original) if stat == "delta_auroc"
-               else (r.separability_ratio, r.separability_ratio_original))
+    log_scale = stat != "delta_auroc"
+    iv, ivo, margin = {"delta_auroc": (r.delta_auroc, r.delta_auroc_original, r.auroc_margin),
+                       "separability": (r.separability_ratio, r.separability_ratio_original, r.separability_margin),
+                       "mmd": (r.mmd_ratio, r.mmd_ratio_original, r.mmd_margin)}[stat]
     if iv is None or ivo is None:
         return None
-    margin = r.separability_margin if log_scale else r.auroc_margin
     m = math.log(margin) if log_scale and margin > 0 else (margin if not log_scale else math.nan)
     status = iv.status if iv.status != "ok" or ivo.status in ("ok", "separated") else f"original_{ivo.status}"
     v, lo, hi = _scaled(iv, log_scale)
@@ -378,7 +382,7 @@ def not_equivalent(m: Measurements) -> Decision | None:
     worst = max(open_, key=lambda c: max(c.high - c.margin, -c.margin - c.low))
     se = (worst.high - worst.low) / (2 * stats.norm.ppf(0.5 + m.config.confidence / 2))
     need = samples_to_decide(n, se, worst.value, worst.margin)
-    where = ", ".join(f"{c.layer} ({_stat_name(c.stat)})" for c in open_)
+    where = _where(open_)
     grow = ("" if m.rests_on != "train" or m.sample_level else
             " (the training forget set is the whole forgotten class and cannot grow: more test images of the class, "
             "or more references for a tighter tolerance, would)")
@@ -406,8 +410,19 @@ def _untestable_lines(m: Measurements) -> list[str]:
 
 
 def certified_layers(m: Measurements) -> list[str]:
-    """The layers whose equivalence to retrain is shown on the data the verdict rests on."""
-    return [c.layer for c in m.on(m.rests_on) if c.testable and c.within]
+    """The layers whose equivalence to retrain is shown on the data the verdict rests on (every testable
+    statistic of the layer within tolerance, at least one)."""
+    main = m.on(m.rests_on)
+    layers = list(dict.fromkeys(c.layer for c in main if c.testable))
+    return [name for name in layers if all(c.within for c in main if c.layer == name and c.testable)]
+
+
+def _where(cs: list[Comparison]) -> str:
+    """'layer (stat, stat), layer (stat)' in the family's order."""
+    by = {}
+    for c in cs:
+        by.setdefault(c.layer, []).append(_stat_name(c.stat))
+    return ", ".join(f"{layer} ({', '.join(stats)})" for layer, stats in by.items())
 
 
 def erased(m: Measurements) -> Decision:
@@ -415,7 +430,7 @@ def erased(m: Measurements) -> Decision:
     testable = [c for c in main if c.testable]
     best = max(testable, key=lambda c: c.original_low - c.margin)
     return Decision("erased", [
-        f"certified at {', '.join(c.layer for c in testable)}: each interval lies within tolerance of retrain on "
+        f"certified at {_where(testable)}: each interval lies within tolerance of retrain on "
         f"the {m.rests_on} data ({m.n_forget[m.rests_on]} forget samples), where the original is clear of it; e.g. "
         f"{_plain(best, m)}"] + _untestable_lines(m))
 
@@ -451,7 +466,7 @@ def decide(m: Measurements) -> Decision:
 # --- evidence text -----------------------------------------------------------------------------------
 
 def _stat_name(stat: str) -> str:
-    return {"delta_auroc": "ΔAUROC", "separability": "separability"}[stat]
+    return {"delta_auroc": "ΔAUROC", "separability": "separability", "mmd": "MMD²"}[stat]
 
 
 def _describe(c: Comparison, m: Measurements) -> str:
@@ -461,7 +476,7 @@ def _describe(c: Comparison, m: Measurements) -> str:
         core = (f"ΔAUROC {c.value:+.1f} [{c.low:+.1f}, {c.high:+.1f}] points over retrain "
                 f"(tolerance {c.margin:.1f})")
     else:
-        core = (f"separability {math.exp(c.value):.2f}x retrain's [{math.exp(c.low):.2f}, "
+        core = (f"{_stat_name(c.stat)} {math.exp(c.value):.2f}x retrain's [{math.exp(c.low):.2f}, "
                 f"{math.exp(c.high):.2f}] (tolerance {math.exp(c.margin):.2f}x)")
     if c.p_holm < m.alpha:
         direction = "still separates" if c.value > 0 else "separates less than retrain:"
@@ -481,7 +496,7 @@ def _plain(c: Comparison, m: Measurements) -> str:
     if c.stat == "delta_auroc":
         return (f"{c.layer}: ΔAUROC {c.value:+.1f} [{c.low:+.1f}, {c.high:+.1f}] where the original shows "
                 f"{_orig(c)}, CKA to retrain {r.cka_retrain:.3f}")
-    return (f"{c.layer}: separability {math.exp(c.value):.2f}x retrain's [{math.exp(c.low):.2f}, "
+    return (f"{c.layer}: {_stat_name(c.stat)} {math.exp(c.value):.2f}x retrain's [{math.exp(c.low):.2f}, "
             f"{math.exp(c.high):.2f}] where the original shows {_orig(c)}, CKA to retrain {r.cka_retrain:.3f}")
 
 

@@ -354,29 +354,33 @@ def mmd_two_sample(x: Any, is_forget: Any, *, max_rows: int = MAX_ROWS, seed: in
                          separation, loo_kernel.cpu().numpy(), z)
 
 
-def ratio_interval(stat_u: TwoSampleStat, stats_refs: Sequence[TwoSampleStat],
-                   confidence: float = 0.95) -> RatioInterval:
-    """value_u / mean(values_refs) with Fieller's ``confidence`` interval from the paired jackknife
-    (co)variances of the statistics (all evaluated on the same rows, else ValueError).
-
-    ``low``/``high`` are −inf/inf when the references' mean is not clearly above 0 (Fieller's denominator
-    test fails), when any statistic is saturated or not finite: the caller must read such an interval as
-    "cannot decide". ``low`` can be negative (MMD²_u is unbiased, so it can fall below 0)."""
-    refs = list(stats_refs)
-    if not refs:
-        raise ValueError("stats_refs must hold at least one reference statistic")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+def _check_rows(stat_u: TwoSampleStat, refs: Sequence[TwoSampleStat]) -> None:
     for s in refs:
         if s.n_forget != stat_u.n_forget or not np.array_equal(s.rows, stat_u.rows):
             raise ValueError("every statistic must be computed on the same rows (pass the same rows=)")
+
+
+class RatioMoments(NamedTuple):
+    """a = value_u, b = mean(values_refs), their (co)variances: what Fieller's pivot reads."""
+
+    a: float
+    b: float
+    va: float
+    vb: float
+    cab: float
+
+
+def ratio_moments(stat_u: TwoSampleStat, stats_refs: Sequence[TwoSampleStat]) -> RatioMoments:
+    """value_u, the references' mean value and their paired (co)variances: the delete-one jackknife of the
+    leave-one-out values less the second-order parts' (module docstring). Every statistic must be computed
+    on the same rows (else ValueError)."""
+    refs = list(stats_refs)
+    if not refs:
+        raise ValueError("stats_refs must hold at least one reference statistic")
+    _check_rows(stat_u, refs)
     m = stat_u.n_forget
     a = stat_u.value
     b = float(np.mean([s.value for s in refs]))
-    ratio = a / b if b != 0 else math.copysign(math.inf, a) if a != 0 else math.nan
-    every = [stat_u, *refs]
-    if any(s.saturated or not math.isfinite(s.value) for s in every):
-        return RatioInterval(ratio, -math.inf, math.inf, math.inf)
     loo_b = np.mean([s.loo for s in refs], axis=0)
     g_u, m_sub = _centred_subset(stat_u)
     g_b = sum(_centred_subset(s)[0] for s in refs) / len(refs)
@@ -386,6 +390,41 @@ def ratio_interval(stat_u: TwoSampleStat, stats_refs: Sequence[TwoSampleStat],
     vb = max(jackknife_cov(loo_b, loo_b, m) - second_b, second_b)
     cab = jackknife_cov(stat_u.loo, loo_b, m) - _second_order_cov(g_u, g_b, *sizes)
     cab = min(max(cab, -math.sqrt(va * vb)), math.sqrt(va * vb))
+    return RatioMoments(a, b, va, vb, cab)
+
+
+def fieller_p(mo: RatioMoments, rho: float) -> tuple[float, float]:
+    """One-sided p-values of H0 "ratio <= rho" and H0 "ratio >= rho" from Fieller's pivot
+    (a − rho b) / sqrt(va + rho² vb − 2 rho cab), standard normal under ratio = rho (Fieller 1954):
+    valid whatever the sign of a, so a statistic at or below 0 still gets a p-value."""
+    var = mo.va + rho * rho * mo.vb - 2 * rho * mo.cab
+    diff = mo.a - rho * mo.b
+    if not (var > 0 and math.isfinite(var) and math.isfinite(diff)):
+        return (0.0, 1.0) if diff > 0 else (1.0, 0.0) if diff < 0 else (1.0, 1.0)
+    z = diff / math.sqrt(var)
+    return float(stats.norm.sf(z)), float(stats.norm.cdf(z))
+
+
+def ratio_interval(stat_u: TwoSampleStat, stats_refs: Sequence[TwoSampleStat],
+                   confidence: float = 0.95) -> RatioInterval:
+    """value_u / mean(values_refs) with Fieller's ``confidence`` interval from the paired jackknife
+    (co)variances of the statistics (all evaluated on the same rows, else ValueError).
+
+    ``low``/``high`` are −inf/inf when the references' mean is not clearly above 0 (Fieller's denominator
+    test fails), when any statistic is saturated or not finite: the caller must read such an interval as
+    "cannot decide". ``low`` can be negative (MMD²_u is unbiased, so it can fall below 0)."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    refs = list(stats_refs)
+    if not refs:
+        raise ValueError("stats_refs must hold at least one reference statistic")
+    a = stat_u.value
+    b = float(np.mean([s.value for s in refs]))
+    ratio = a / b if b != 0 else math.copysign(math.inf, a) if a != 0 else math.nan
+    if any(s.saturated or not math.isfinite(s.value) for s in [stat_u, *refs]):
+        _check_rows(stat_u, refs)
+        return RatioInterval(ratio, -math.inf, math.inf, math.inf)
+    _, _, va, vb, cab = ratio_moments(stat_u, refs)
     se_log = math.sqrt(max(va / a**2 + vb / b**2 - 2 * cab / (a * b), 0.0)) if a > 0 and b > 0 else math.inf
     zq = float(stats.norm.ppf(0.5 + confidence / 2))
     qa, qb, qc = b * b - zq * zq * vb, a * b - zq * zq * cab, a * a - zq * zq * va

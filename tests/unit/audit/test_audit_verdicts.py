@@ -86,7 +86,8 @@ def test_references_derive_the_tolerance_and_never_flag_a_retrain(original, retr
     rep = cached_audit(report_cache, "multi", original, retrain3, refs, audit_split,
                        config=AuditConfig(n_splits=10, bn_recalibration=False, relearn=False))
     assert rep.verdict in ("erased", "inconclusive"), rep.summary()
-    family = sum(1 for rs in rep.layers.values() for r in rs if r.probed)
+    family = sum(1 + (r.mmd_ratio is not None) for rs in rep.layers.values() for r in rs if r.probed)
+    assert any(r.mmd_ratio is not None for r in rep.layers[rep.rests_on])  # K >= 2: MMD² joins the family
     for r in rep.layers[rep.rests_on]:
         tol = r.tolerance
         assert tol.source == "references" and tol.k == 3 and "3 retrained references" in r.margin_source
@@ -95,6 +96,10 @@ def test_references_derive_the_tolerance_and_never_flag_a_retrain(original, retr
         level = 0.025 / family / 2  # half of the 5 % budget (the rest: relearning checks), two-sided
         want = math.exp(stats.t.ppf(1 - level, 2) * statistics.stdev(logs) * math.sqrt(4 / 3))
         assert r.separability_margin == pytest.approx(max(1.5, want), rel=1e-6)
+        if r.mmd_ratio is not None:  # the same rule on the references' log MMD²
+            logs = [math.log(v) for v in r.mmd_refs]
+            want = math.exp(stats.t.ppf(1 - level, 2) * statistics.stdev(logs) * math.sqrt(4 / 3))
+            assert r.mmd_margin == pytest.approx(max(1.5, want), rel=1e-6)
     assert rep.models["retrained"]["n"] == 3
     assert rep.to_dict()["layers"]["penultimate"]["tolerance"]["source"] == "references"
 

@@ -189,7 +189,8 @@ def test_erased_names_the_layers_it_certifies_and_those_it_cannot():
     comps = [kept, _cmp("block3", 0.0, -0.1, 0.1), _cmp("penultimate", 0.1, -0.1, 0.3)]
     d = decide(_m(comps))
     assert d.verdict == "erased", d
-    assert any(e.startswith("certified at block3, penultimate") for e in d.evidence), d.evidence
+    assert any(e.startswith("certified at block3 (separability), penultimate (separability)")
+               for e in d.evidence), d.evidence
     assert any(e.startswith("cannot test block1") and "kept from the original" in e for e in d.evidence)
     # with no testable layer at all: inconclusive, never erased
     d = decide(_m([kept]))

@@ -178,3 +178,20 @@ def test_interval_covers_a_ratio_of_one():
         r = ratio_interval(models[0], models[1:])
         covered += r.low <= 1.0 <= r.high
     assert covered >= 51, covered
+
+
+def test_fieller_pivot_p_values_by_hand():
+    """Fieller's pivot (a − ρb)/sqrt(va + ρ²vb − 2ρ cab) against a hand computation, and at a ratio at or
+    below 0 (where a log-scale test has no value)."""
+    from scipy import stats as st
+
+    from unlearnkit.metrics.two_sample import RatioMoments, fieller_p
+
+    mo = RatioMoments(a=2.0, b=1.0, va=0.04, vb=0.01, cab=0.005)
+    up, down = fieller_p(mo, 1.0)
+    z = (2.0 - 1.0) / math.sqrt(0.04 + 0.01 - 2 * 0.005)
+    assert up == pytest.approx(st.norm.sf(z)) and down == pytest.approx(st.norm.cdf(z))
+    assert fieller_p(mo, 2.0) == pytest.approx((0.5, 0.5))  # the true ratio: no evidence either way
+    neg = RatioMoments(a=-0.001, b=1.0, va=1e-6, vb=0.01, cab=0.0)
+    up, down = fieller_p(neg, 0.5)  # MMD² at 0 while the references' is 1: far below half of it
+    assert up > 0.999 and down < 1e-6
