@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time each name load
     from .models.features import capture, extract  # noqa: F401
     from .models.zoo import MODELS, audit_layers, create_model  # noqa: F401
     from .runtime import tune_cpu_allocator  # noqa: F401
+    from .stream import StreamResults, unlearn_sequence  # noqa: F401
 
 #: public name -> the module that defines it (a name equal to the module's own is the module itself)
 _LAZY = {"unlearn": ".api", "UnlearnResult": ".methods.base", "Auditor": ".audit.user",
@@ -43,12 +44,12 @@ _LAZY = {"unlearn": ".api", "UnlearnResult": ".methods.base", "Auditor": ".audit
          "ForgetSpec": ".data.splits", "UnlearningSplit": ".data.splits", "make_split": ".data.splits",
          "capture": ".models.features", "extract": ".models.features",
          "MODELS": ".models.zoo", "audit_layers": ".models.zoo", "create_model": ".models.zoo",
-         "tune_cpu_allocator": ".runtime"}
+         "tune_cpu_allocator": ".runtime", "unlearn_sequence": ".stream", "StreamResults": ".stream"}
 
 __all__ = ["__version__", "load_checkpoint", "save_checkpoint", "DATASETS", "load_dataset", "ForgetSpec",
            "UnlearningSplit", "make_split", "capture", "extract", "MODELS", "audit_layers", "create_model",
            "unlearn", "UnlearnResult", "audit", "Auditor", "AuditResult", "AuditReport", "AuditConfig", "UserError",
-           "tune_cpu_allocator"]
+           "tune_cpu_allocator", "unlearn_sequence", "StreamResults"]
 
 
 def __getattr__(name: str):

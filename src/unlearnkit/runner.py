@@ -186,14 +186,14 @@ def check_config(cfg: RunConfig) -> tuple[list[str], AuditConfig | None]:
     return names, audit_config
 
 
-def prepare(cfg: RunConfig, progress: bool = True) -> Experiment:
-    """Step 1: the configuration checked (:func:`check_config`), then the data, the split, the model
-    to build and the references' training recipe."""
+def prepare(cfg: RunConfig, progress: bool = True, build=build_split) -> Experiment:
+    """Step 1: the configuration checked (:func:`check_config`), then the data, the split (``build(cfg,
+    bundle)``; :func:`build_split`), the model to build and the references' training recipe."""
     names, audit_config = check_config(cfg)
     rt = Runtime.from_dict(cfg.runtime)
     device = resolve_device(cfg.device)
     bundle = load_dataset(cfg.dataset, cfg.data_dir, cfg.download, cfg.data_seed)
-    split = build_split(cfg, bundle)
+    split = build(cfg, bundle)
     cfg, model_name, model_kwargs = resolve_model(cfg, bundle)
     check_model(model_name, bundle, model_kwargs)
     recipe = with_overrides(default_recipe(bundle.name, model_name), **cfg.recipe) if cfg.recipe else \

@@ -36,7 +36,7 @@ RANKS = [
     ["api"],  # the Python API (unlearn / audit of the user's model and data); the CLI builds on it
     ["config"],
     ["runner"],
-    ["bench"],
+    ["bench", "stream"],  # stream: sequential deletion requests, each step a run's evaluation and audit
     ["report"],
     ["forgetting_quality", "tune"],
     ["cli"],
@@ -48,7 +48,7 @@ RANK = {part: i for i, parts in enumerate(RANKS) for part in parts}
 FORBIDDEN = {
     ("methods", "training"), ("audit", "methods"), ("audit", "training"), ("audit", "loop"),
     ("report", "runner"), ("report", "bench"), ("report", "config"), ("report", "training"),
-    ("report", "methods"), ("report", "audit"),
+    ("report", "methods"), ("report", "audit"), ("report", "stream"),
 }
 #: metrics are pure functions: nothing of the toolkit but its errors
 METRICS_MAY_IMPORT = {"errors"}

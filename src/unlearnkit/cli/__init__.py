@@ -13,13 +13,15 @@ from .forgetting_quality import forgetting_quality_command
 from .listing import list_command
 from .report import report_command
 from .run import run_command
+from .stream import stream_command
 from .train import train_command
 from .tune import tune_command
 from .unlearn import unlearn_command
 
 COMMANDS = {"list": list_command, "train": train_command, "run": run_command, "unlearn": unlearn_command,
             "audit": audit_command, "bench": bench_command, "report": report_command,
-            "forgetting-quality": forgetting_quality_command, "tune": tune_command}
+            "forgetting-quality": forgetting_quality_command, "tune": tune_command,
+            "stream": stream_command}
 for _name, _fn in COMMANDS.items():
     app.command(_name, help=_fn.__doc__)(handles_errors(_fn))
 
