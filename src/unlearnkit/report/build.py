@@ -7,6 +7,7 @@ from pathlib import Path
 from ..checkpoints import atomic_write_text
 from .plots import build_figures
 from .records import Record
+from .stream import stream_section
 from .tables import build_tables, group
 from .writers import leaderboard_markdown, write_csv, write_html, write_markdown
 
@@ -48,6 +49,8 @@ def make_report(records: list[Record], out: str | Path, sources: list[str],
     out.mkdir(parents=True, exist_ok=True)
     tables = build_tables(records, fq)
     figures = build_figures(records)
+    stream_tables, stream_figures = stream_section(records)  # results of `unlearnkit stream`, if any
+    tables, figures = tables + stream_tables, figures + stream_figures
     meta = describe(records, sources) + ([describe_runs(runs)] if runs else [])
     write_html(out / "report.html", title, meta, tables, figures)
     write_markdown(out / "report.md", title, meta, tables, figures)

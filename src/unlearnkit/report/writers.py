@@ -17,11 +17,11 @@ from .records import Record
 from .tables import Table, layer
 
 ORDER = ["leaderboard", "verdicts", "fig:trilemma", "mirage", "tarf", "purge", "fig:runtime", "ec", "fig:layerwise",
-         "fig:separability", "layers"]
+         "fig:separability", "layers", "stream", "fig:stream"]
 SECTION = {"leaderboard": "Leaderboard", "verdicts": "Verdicts", "mirage": "Mirage: output vs representation",
            "tarf": "TARF: Gap per task",
            "purge": "PURGE: utility, forgetting, privacy, speed", "ec": "Erase at the Core: CKA, IDI, H-Mean",
-           "layers": "Layer by layer"}
+           "layers": "Layer by layer", "stream": "Request streams"}
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
