@@ -1,4 +1,5 @@
-# Targets: demo, test (full offline suite, CI's), test-fast (unit + methods, < 2 min), browser (chromium for the
+# Targets: demo, test (full offline suite, CI's), test-fast (unit + methods, < 2 min), test-docs (every block
+# of README.md and docs/ run at tiny size), browser (chromium for the
 # real-browser test), docs (docs/methods.md), leaderboard (docs/leaderboard.md from results/), lint, install, bench,
 # clean-runs. All but browser create .venv when missing.
 PY      ?= python3
@@ -12,7 +13,7 @@ PYTEST_ARGS ?=
 FAST_MARKS  := not slow and not torchrun and not ray and not browser and not heavy
 BROWSERS    := chromium chromium-browser google-chrome
 
-.PHONY: demo test test-fast browser docs leaderboard lint install clean-runs bench
+.PHONY: demo test test-fast test-docs browser docs leaderboard lint install clean-runs bench
 
 # The virtual environment takes about 6.2 GiB (torch, triton and the CUDA libraries are 5.2 GiB of it): check the
 # disk before creating it, so a full disk ends in one line rather than in pip's OSError halfway through.
@@ -48,13 +49,18 @@ demo: $(STAMP)
 	$(BIN)/unlearnkit run --dataset mnist5k --model small_cnn --forget-classes 3 \
 	    --methods finetune,gradient_ascent --seed 0 --out runs/demo
 
-# The whole offline suite (only `slow` is left out, by pyproject.toml's addopts). It does not install a
+# The whole offline suite (`slow` and `docs` are left out, by pyproject.toml's addopts). It does not install a
 # browser: without one the real-browser test skips and says `make browser`.
 test: $(DEV_STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 test-fast: $(DEV_STAMP)
 	$(BIN)/python -m pytest -q tests/unit tests/methods -m "$(FAST_MARKS)" $(PYTEST_ARGS)
+
+# Docs that run: every bash/console/python block of README.md and docs/*.md at tiny size, in-process
+# (tests/docs/, marker `docs`; left out of `make test` by pyproject.toml's addopts; .ci/run runs it).
+test-docs: $(DEV_STAMP)
+	$(BIN)/python -m pytest -q tests/docs -m docs $(PYTEST_ARGS)
 
 # Chromium for tests/integration/test_report_html.py: nothing to do when one is on PATH; apt-get install
 # as root where apt-get exists; otherwise one line saying how.

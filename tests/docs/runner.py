@@ -1,0 +1,136 @@
+"""Runs the blocks of a page (:mod:`docblocks`) in one fresh folder, in order: ``unlearnkit`` commands
+in-process with typer's CliRunner (no subprocess: importing torch costs seconds each), Python blocks with
+``exec`` in a fresh namespace. A failing block raises :class:`DocsBlockFailed` naming the page and line."""
+from __future__ import annotations
+
+import os
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+import typer.main
+import yaml
+from docblocks import Block, blocks
+from typer.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parents[2]
+#: set on every command that has the option (then a block's own ``tiny`` options): CPU, no progress bars,
+#: one worker (no process started: each would import torch again), one retrained reference
+DEFAULT_OPTIONS = ["--device=cpu", "--no-progress", "--jobs=1", "--references=1"]
+#: what every page's folder holds besides: links to the repository's folders the pages name
+LINKED = ("benchmarks", "examples")
+#: my_run.yaml in every page's folder: the run config usage.md's ``run --config my_run.yaml`` reads
+MY_RUN = {"dataset": "digits", "forget_classes": [3], "methods": ["finetune"], "out": "runs/config"}
+#: tiny.yaml in every page's folder: a suite of one cell (pages' bench lines point at it with ``tiny OLD=>NEW``)
+TINY_SUITE = {"suite": "tiny",
+              "defaults": {"recipe": {"epochs": 2},
+                           "audit_config": {"n_splits": 2, "bn_recalibration": False, "head_refit": False,
+                                            "relearn": False}},
+              "grids": [{"name": "class", "datasets": ["digits"], "tasks": [{"forget_classes": [3]}],
+                         "methods": ["GA"], "seeds": [0]}]}
+
+
+class DocsBlockFailed(AssertionError):
+    """A block of a page did not run."""
+
+
+def prepare(workspace: Path) -> None:
+    """The folder a page runs in: links to :data:`LINKED`, ``tiny.yaml`` and ``my_run.yaml``."""
+    for name in LINKED:
+        (workspace / name).symlink_to(ROOT / name, target_is_directory=True)
+    (workspace / "tiny.yaml").write_text(yaml.safe_dump(TINY_SUITE))
+    (workspace / "my_run.yaml").write_text(yaml.safe_dump(MY_RUN))
+
+
+def _param(command, opt: str):
+    return next((p for p in command.params
+                 if opt in getattr(p, "opts", ()) or opt in getattr(p, "secondary_opts", ())), None)
+
+
+def with_options(args: list[str], options: list[str]) -> list[str]:
+    """``args`` with each ``--option=VALUE`` / ``--flag`` of ``options`` set, on commands that have it (the
+    page's own value of that option removed first)."""
+    group = typer.main.get_command(_app())
+    command = group.commands.get(args[0]) if args and hasattr(group, "commands") else None
+    if command is None:
+        return args
+    out = list(args)
+    for item in options:
+        opt = item.split("=", 1)[0]
+        param = _param(command, opt)
+        if param is None:
+            continue
+        names = set(param.opts) | set(getattr(param, "secondary_opts", ()))
+        flag = getattr(param, "is_flag", False)
+        kept, skip_next = [], False
+        for tok in out:
+            if skip_next:
+                skip_next = False
+                continue
+            if tok in names:
+                skip_next = not flag
+                continue
+            if any(tok.startswith(n + "=") for n in names):
+                continue
+            kept.append(tok)
+        out = kept + [item]
+    return out
+
+
+def _app():
+    from unlearnkit.cli import app
+
+    return app
+
+
+def run_shell(block: Block) -> None:
+    runner = CliRunner()
+    for words in block.commands():
+        if words[:1] == ["unlearnkit"]:
+            args = words[1:]
+        elif words[:3] == ["python", "-m", "unlearnkit"]:
+            args = words[3:]
+        else:
+            raise DocsBlockFailed(f"{block.where}: `{' '.join(words)}` is not an unlearnkit command: mark the block "
+                                  f"`<!-- docs-test: skip (reason) -->`")
+        args = with_options(args, DEFAULT_OPTIONS + block.options)
+        r = runner.invoke(_app(), args)
+        if r.exit_code != 0:
+            tb = "".join(traceback.format_exception(r.exception)) if r.exception and r.exit_code != 2 else ""
+            raise DocsBlockFailed(f"{block.where}: `unlearnkit {' '.join(args)}` exited {r.exit_code}:\n"
+                                  f"{r.output[-3000:]}{tb[-3000:]}")
+
+
+def run_python(block: Block, namespace: dict) -> None:
+    try:
+        exec(compile(block.source(), block.where, "exec"), namespace)
+    except Exception as e:
+        raise DocsBlockFailed(f"{block.where}: the Python block raised {type(e).__name__}: {e}\n"
+                              f"{traceback.format_exc()[-3000:]}") from e
+
+
+def run_page(text: str, page: str, workspace: Path, namespaces: dict[str, Callable[[], dict]]) -> list[str]:
+    """Run every block of ``text`` in ``workspace`` (prepared, made the working folder meanwhile); returns
+    ``page:line`` of the blocks run and skipped (``skip: reason``). Raises :class:`DocsBlockFailed`."""
+    done = []
+    prepare(workspace)
+    before = Path.cwd()
+    os.chdir(workspace)
+    try:
+        for block in blocks(text, page):
+            if block.skip:
+                done.append(f"{block.where} skip: {block.skip}")
+                continue
+            if block.lang == "python":
+                if block.namespace is not None and block.namespace not in namespaces:
+                    raise DocsBlockFailed(f"{block.where}: no namespace {block.namespace!r} "
+                                          f"(known: {', '.join(namespaces)})")
+                ns = dict(namespaces[block.namespace]()) if block.namespace else {}
+                ns["__name__"] = "__docs__"
+                run_python(block, ns)
+            else:
+                run_shell(block)
+            done.append(block.where)
+    finally:
+        os.chdir(before)
+    return done

@@ -1,0 +1,99 @@
+"""The docs tier's extractor and runner (tests/docs/docblocks.py, runner.py): its rules, and that a broken
+page fails (a drifted command, a broken snippet). Fast: no training."""
+from __future__ import annotations
+
+import pytest
+from docblocks import DocsTestError, blocks
+from runner import DocsBlockFailed, run_page, with_options
+
+PAGE = """# A page
+
+```bash
+unlearnkit list methods   # a comment
+unlearnkit train --dataset digits \\
+    --epochs 20 --out orig.pt
+```
+
+<!-- docs-test: skip (needs the internet) -->
+
+```bash
+pip install something
+```
+
+<!-- docs-test: tiny --epochs=1 'mnist5k=>digits' -->
+```console
+$ unlearnkit run --dataset mnist5k --epochs 9
+output line, not run
+```
+
+```text
+not run either
+```
+
+<!-- docs-test: namespace digits -->
+```python
+print(original)
+```
+"""
+
+
+def test_blocks_follow_the_rules():
+    got = blocks(PAGE, "p.md")
+    assert [(b.line, b.lang) for b in got] == [(3, "bash"), (11, "bash"), (16, "console"), (26, "python")]
+    assert got[0].commands() == [["unlearnkit", "list", "methods"],
+                                 ["unlearnkit", "train", "--dataset", "digits", "--epochs", "20", "--out", "orig.pt"]]
+    assert got[1].skip == "needs the internet"
+    assert got[2].options == ["--epochs=1"] and got[2].commands() == [
+        ["unlearnkit", "run", "--dataset", "digits", "--epochs", "9"]]
+    assert got[3].namespace == "digits" and got[0].skip is None
+
+
+def test_tiny_options_replace_the_pages_values_on_commands_that_have_them():
+    assert with_options(["run", "--epochs", "9", "--out", "x"], ["--epochs=1", "--no-progress", "--trials=2"]) == \
+        ["run", "--out", "x", "--epochs=1", "--no-progress"]
+    assert with_options(["bench", "s.yaml", "--jobs", "2", "--progress"], ["--jobs=1", "--no-progress"]) == \
+        ["bench", "s.yaml", "--jobs=1", "--no-progress"]
+    assert with_options(["--help"], ["--jobs=1"]) == ["--help"]
+
+
+@pytest.mark.parametrize("page,message", [
+    ("<!-- docs-test: skip -->\n```bash\nx\n```\n", "with the reason"),
+    ("<!-- docs-test: tiny --a=1 -->\n\nsome prose\n```bash\nx\n```\n", "not directly above"),
+    ("<!-- docs-test: frobnicate -->\n```bash\nx\n```\n", "unknown docs-test directive"),
+    ("<!-- docs-test: skip (x) -->\n```text\nx\n```\n", "not run"),
+    ("```bash\nx\n", "never closed"),
+    ("text\n<!-- docs-test: skip (x) -->\n", "after the last block"),
+])
+def test_a_page_that_breaks_the_rules_is_refused(page, message):
+    with pytest.raises(DocsTestError, match=message):
+        blocks(page, "p.md")
+
+
+def test_a_stale_replacement_fails():
+    (block,) = blocks("<!-- docs-test: tiny 'mnist5k=>digits' -->\n```bash\nunlearnkit list models\n```\n", "p.md")
+    with pytest.raises(DocsTestError, match="stale directive"):
+        block.commands()
+
+
+BROKEN = {
+    "a drifted option": ("```bash\nunlearnkit list methods\nunlearnkit list methods --no-such-option\n```\n",
+                         "p.md:1: `unlearnkit list methods --no-such-option` exited 2"),
+    "a broken snippet": ("```python\nimport unlearnkit as uk\nuk.no_such_function()\n```\n",
+                         "p.md:1: the Python block raised AttributeError"),
+    "another command": ("```bash\nmake demo\n```\n", "is not an unlearnkit command"),
+    "an unknown namespace": ("<!-- docs-test: namespace nope -->\n```python\nx\n```\n", "no namespace 'nope'"),
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN))
+def test_a_broken_page_fails(case, tmp_path):
+    page, message = BROKEN[case]
+    with pytest.raises(DocsBlockFailed, match=message):
+        run_page(page, "p.md", tmp_path, {})
+
+
+def test_a_working_page_runs(tmp_path):
+    page = ("```bash\nunlearnkit list methods\npython -m unlearnkit --help\n```\n\n"
+            "```python\nx = 1 + 1\nassert x == 2\n```\n")
+    assert run_page(page, "p.md", tmp_path, {}) == ["p.md:1", "p.md:6"]
+    assert (tmp_path / "tiny.yaml").exists() and (tmp_path / "benchmarks").is_symlink()
