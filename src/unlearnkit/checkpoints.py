@@ -331,7 +331,9 @@ def load_checkpoint(path: str | Path, *, model_name: str | None = None, num_clas
     except RuntimeError as e:
         first = str(e).strip().splitlines()
         detail = (first[1].strip() if len(first) > 1 else first[0])[:160]
+        from .models.zoo import architecture_hint
+
         raise CheckpointError(f"checkpoint {path} does not fit {name} with {kwargs.get('num_classes')} classes: "
-                              f"{detail}") from None
+                              f"{detail}{architecture_hint(name, state)}") from None
     meta["model"] = {"name": name, "kwargs": kwargs}
     return model, meta

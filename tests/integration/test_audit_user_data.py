@@ -132,3 +132,16 @@ def test_forget_options_are_refused_when_every_part_is_a_file(user, tmp_path):
 def test_a_missing_forget_request_is_refused_when_a_part_is_substituted(user, tmp_path):
     r = audit(user, tmp_path / "out", *data(user, "forget", "retain"))
     assert r.exit_code == 2 and "exactly one of --forget-classes" in r.stderr, r.output
+
+
+def test_a_cifar_stem_resnet_given_as_torchvision_resnet18_points_to_the_zoos(tmp_path):
+    from unlearnkit.models.zoo import create_model
+
+    w = tmp_path / "r.pt"
+    torch.save(create_model("resnet18", num_classes=10, in_channels=1, image_size=8).state_dict(), w)
+    r = runner.invoke(app, ["audit", "--original", str(w), "--unlearned", str(w), "--retrained", str(w),
+                            "--model", "torchvision:resnet18", "--dataset", "digits", "--forget-classes", "3",
+                            "--out", str(tmp_path / "out"), *FAST])
+    assert r.exit_code == 2, r.output
+    (line,) = r.stderr.splitlines()
+    assert line.startswith("error: ") and line.endswith("give --model resnet18)"), line

@@ -154,6 +154,17 @@ def _resnet(arch: str, num_classes: int, in_channels: int, image_size: int, cifa
     return m
 
 
+def architecture_hint(name: str, state: dict) -> str:
+    """A sentence pointing to the zoo's CIFAR-stem ResNet when ``state`` (a state dict that did not fit the
+    architecture ``name``) has a 3x3 ``conv1`` and ``name`` is torchvision's ResNet of the same depth; else ''."""
+    conv1 = state.get("conv1.weight") if isinstance(state, dict) else None
+    arch = name.split(":", 1)[1] if name.startswith("torchvision:") else ""
+    if arch in ("resnet18", "resnet50") and isinstance(conv1, torch.Tensor) and tuple(conv1.shape[2:]) == (3, 3):
+        return (f" (its conv1 is 3x3: the CIFAR stem of unlearnkit's own {arch}, not torchvision's 7x7 stem; give "
+                f"--model {arch})")
+    return ""
+
+
 @register_model("resnet18", "ResNet-18 with the CIFAR stem (3x3 conv1, no max-pool), as SalUn's models/ResNet.py; "
                             "width=16 gives a narrow one for CPU runs")
 def resnet18(num_classes: int, in_channels: int = 3, image_size: int = 32, cifar_stem: bool | None = True,
