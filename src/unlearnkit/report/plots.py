@@ -93,6 +93,14 @@ def _trilemma_points(methods: dict) -> list[tuple[str, float, float, float, floa
     return points
 
 
+def _number_key(plt, ax, names: list[str]) -> None:
+    """The key of a figure whose points carry numbers: ``i name`` in three columns below the axes."""
+    handles = [plt.Line2D([], [], ls="none") for _ in names]
+    literal_legend(ax.legend(handles, [f"{i} {m}" for i, m in enumerate(names, 1)], fontsize=6, ncol=3,
+                             loc="upper center", bbox_to_anchor=(0.5, -0.16), handlelength=0,
+                             handletextpad=0, columnspacing=1.2, frameon=False))
+
+
 @literal_text
 def trilemma(records) -> bytes | None:
     groups = {b: ms for b, ms in group(records).items()
@@ -112,11 +120,8 @@ def trilemma(records) -> bytes | None:
         for i, (m, x, y, _, _) in enumerate(ps, 1):
             ax.annotate(str(i) if numbered else m, (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points",
                         **LITERAL)
-        if numbered:  # the key: number -> method, three columns below the axes
-            handles = [plt.Line2D([], [], ls="none") for _ in ps]
-            literal_legend(ax.legend(handles, [f"{i} {p[0]}" for i, p in enumerate(ps, 1)], fontsize=6, ncol=3,
-                                     loc="upper center", bbox_to_anchor=(0.5, -0.16), handlelength=0,
-                                     handletextpad=0, columnspacing=1.2, frameon=False))
+        if numbered:
+            _number_key(plt, ax, [p[0] for p in ps])
         ax.axhline(0, color="0.5", lw=0.6, ls="--")
         ax.set(xlabel="retained utility Acc_r (%)", ylabel="ΔLPR penultimate (points)")
         ax.set_title(block_name(block), fontsize=9, **LITERAL)
@@ -213,27 +218,40 @@ def separability(records) -> bytes | None:
 
 @literal_text
 def runtime(records) -> bytes | None:
+    """Runtime vs Gap per block; above :data:`NAMED_POINTS` methods the points carry numbers and a key
+    names them (as the trilemma's)."""
     groups = {b: ms for b, ms in group(records).items()
               if any(m not in ("original", "retrain") for m in ms)}
     if not groups:
         return None
-    plt, fig, axes = _figure(len(groups))
-    for ax, (block, methods) in zip(axes, groups.items()):
-        for m, recs in methods.items():
-            if m == "original":
-                continue
-            x, _ = _means(recs, metric("runtime_s"))
-            y, ye = _means(recs, metric("gap"))
-            if x is None or y is None or x <= 0:
-                continue
+    points = {b: _runtime_points(ms) for b, ms in groups.items()}
+    most = max(len(ps) for ps in points.values())
+    plt, fig, axes = _figure(len(groups), extra_height=0.14 * math.ceil(most / 3) if most > NAMED_POINTS else 0)
+    for ax, (block, ps) in zip(axes, points.items()):
+        numbered = len(ps) > NAMED_POINTS
+        for i, (m, x, y, ye) in enumerate(ps, 1):
             ax.errorbar(x, y, yerr=ye, fmt="*" if m == RETRAIN else "o", ms=8 if m == RETRAIN else 4,
                         color="C3" if m == RETRAIN else "C0", ecolor="0.7", lw=0.8)
-            ax.annotate(m, (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points", **LITERAL)
+            ax.annotate(str(i) if numbered else m, (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points",
+                        **LITERAL)
+        if numbered:
+            _number_key(plt, ax, [p[0] for p in ps])
         ax.set_xscale("log")
         plain_log_ticks(ax.xaxis)
         ax.set(xlabel="wall time (s, log)", ylabel="Gap to retrain (%) ↓")
         ax.set_title(block_name(block), fontsize=9, **LITERAL)
     return _png(plt, fig)
+
+
+def _runtime_points(methods) -> list[tuple]:
+    """``(method, runtime, gap, gap error)`` of each method with a positive runtime and a Gap (not the original)."""
+    out = []
+    for m, recs in methods.items():
+        x, _ = _means(recs, metric("runtime_s"))
+        y, ye = _means(recs, metric("gap"))
+        if m != "original" and x is not None and y is not None and x > 0:
+            out.append((m, x, y, ye))
+    return out
 
 
 FIGURES = [("trilemma", "The trilemma: retained utility vs ΔLPR vs forget accuracy", trilemma),
