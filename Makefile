@@ -47,7 +47,7 @@ install: $(DEV_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/unlearnkit run --dataset mnist5k --model small_cnn --forget-classes 3 \
-	    --methods finetune,gradient_ascent --seed 0 --out runs/demo
+	    --methods finetune,gradient_ascent --seed 0 --references 1 --out runs/demo
 
 # The whole offline suite (`slow` and `docs` are left out, by pyproject.toml's addopts). It does not install a
 # browser: without one the real-browser test skips and says `make browser`.

@@ -55,7 +55,7 @@ class RunConfig:
     audit: bool = True
     idi: bool = False           # also estimate IDI in every audit (trains InfoNCE critics; slower)
     audit_config: dict = field(default_factory=dict)   # overrides of AuditConfig's fields
-    references: int | None = None  # retrained references for the audit (None: 1 on a calibrated architecture, else 5)
+    references: int | None = None  # retrained references for the audit (None: runner.DEFAULT_REFERENCES, 5)
     out: str = "runs/run"
     data_dir: str = "data"
     download: bool = False

@@ -34,7 +34,7 @@ from . import distributed, validate
 from .audit import AuditConfig, write_audit
 from .audit import audit as audit_model
 from .audit.memo import AuditCache
-from .audit.tolerance import calibrated_for
+from .audit.verdict import output_line
 from .checkpoints import atomic_write_text, load_checkpoint, save_checkpoint
 from .config import RunConfig, _construct
 from .data.concepts import make_concept_split
@@ -107,13 +107,16 @@ def audit_settings(cfg: RunConfig):
                       else dict(cfg.audit_config))
 
 
+#: retrained references the audit uses unless told otherwise: ``erased`` needs K >= 2 (the output membership
+#: test and MMD² decide only then), and with the audit's two-sided family the tolerance's t multiplier is ~29
+#: at K = 3 (the original itself is rarely clear of it) and ~8 at K = 5 (docs/audit.md, "How many references")
+DEFAULT_REFERENCES = 5
+
+
 def audit_references(cfg: RunConfig, model) -> int:
-    """How many retrained references the audit uses: ``cfg.references``, or 1 on an architecture
-    whose constant tolerance was calibrated (:data:`unlearnkit.audit.tolerance.CALIBRATED`) and 5
-    elsewhere (tolerances derived from their spread; see docs/audit.md)."""
-    if cfg.references is not None:
-        return cfg.references
-    return 1 if calibrated_for(model) else 5
+    """How many retrained references the audit uses: ``cfg.references``, else :data:`DEFAULT_REFERENCES`
+    (one reference can flag a model but never certify ``erased``; see docs/audit.md)."""
+    return cfg.references if cfg.references is not None else DEFAULT_REFERENCES
 
 
 def resolve_model(cfg: RunConfig, bundle) -> tuple[RunConfig, str, dict]:
@@ -272,7 +275,9 @@ class Evaluation:
                                    "retrained": self.retrain_outputs})
         write_audit(rep, exp.out / "audits" / name)
         self.models[name]["audit"] = rep.to_dict()
-        console.print(f"  audit {name}: [bold]{rep.verdict}[/] ({rep.timing['total_s']:.1f}s)")
+        console.print(f"  audit {name}: [bold]{escape(rep.verdict_line)}[/] ({rep.timing['total_s']:.1f}s)")
+        if rep.output_test is not None:
+            console.print(f"    {escape(output_line(rep.output_test))}: {rep.output_test.decision}", highlight=False)
         if rep.transmitted:
             console.print(f"  transmitted embeddings: {rep.transmitted['summary']}")
 
@@ -410,7 +415,7 @@ def table_rows(results: dict) -> tuple[list[str], list[list[str]]]:
             cells.append("n/a" if v is None else fmt.format(v))
         audit = entry.get("audit") or {}
         if audit.get("verdict"):
-            cells.append(audit["verdict"])
+            cells.append(audit.get("verdict_line") or audit["verdict"])
         rows.append(cells)
     if any(len(r) > len(header) for r in rows):
         header.append("verdict")

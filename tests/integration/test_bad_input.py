@@ -72,7 +72,10 @@ def files(tmp_path_factory, digits_original, cache_dir):
     results.write_text(json.dumps(sample_results()))
     plain = d / "plain.txt"
     plain.write_text("a regular file\n")
-    return {"ckpt": str(ckpt), "suite": str(suite), "results": str(results), "plain": plain}
+    requests = d / "requests.yaml"
+    requests.write_text("- classes: [3]\n")
+    return {"ckpt": str(ckpt), "suite": str(suite), "results": str(results), "plain": plain,
+            "requests": str(requests)}
 
 
 def baseline(command: str, files: dict, out: Path) -> list[str]:
@@ -93,6 +96,8 @@ def baseline(command: str, files: dict, out: Path) -> list[str]:
                     "finetune", "--out", str(out / "u.pt")],
         "tune": ["tune", "--dataset", "digits", "--forget-classes", "3", "--method", "ssd", "--trials", "1",
                  "--db", str(out / "store.db"), "--out", str(out / "t.yaml"), "--no-progress"],
+        "stream": ["stream", "--requests", files["requests"], "--dataset", "digits", "--methods", "finetune",
+                   "--references", "1", "--out", str(out), "--no-progress"],
     }[command]
 
 
@@ -102,7 +107,7 @@ FREE = {
     ("*", "--data-dir"): "the bundled datasets never read it; torchvision datasets report a missing folder",
 }
 #: giving one forget option replaces the baseline's
-FORGET = ("--forget-classes", "--forget-random", "--forget-indices")
+FORGET = ("--forget-classes", "--forget-random", "--forget-indices", "--forget-flipped")
 
 
 def hint_of(cmd, name: str):
@@ -420,7 +425,8 @@ def test_written_files_follow_the_umask(umask, tmp_path):
 
 def file_options():
     """(command, option) pairs whose baseline value is a file: a folder there must be refused."""
-    shapes = {"ckpt": "/x/model.pt", "suite": "/x/suite.yaml", "results": "/x/results.json", "plain": Path("/x/p")}
+    shapes = {"ckpt": "/x/model.pt", "suite": "/x/suite.yaml", "results": "/x/results.json", "plain": Path("/x/p"),
+              "requests": "/x/requests.yaml"}
     cases = []
     for command in sorted(COMMANDS):
         args = baseline(command, shapes, Path("/x/out"))

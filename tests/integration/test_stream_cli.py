@@ -33,7 +33,8 @@ def test_stream_end_to_end_and_its_report(tmp_path, cache_dir):
     cfg.write_text(f"audit_config: {json.dumps(FAST_AUDIT)}\n")
     out = tmp_path / "out"
     r = CliRunner().invoke(app, ["stream", "--requests", str(req), "--config", str(cfg), "--dataset", "digits",
-                                 "--methods", "finetune,GA", "--epochs", "2", "--out", str(out), "--no-progress"])
+                                 "--methods", "finetune,GA", "--epochs", "2", "--references", "1", "--out", str(out),
+                                 "--no-progress"])
     assert r.exit_code == 0, r.output
     res = json.loads((out / "results.json").read_text())
     steps = res["stream"]["steps"]
@@ -104,7 +105,7 @@ def test_the_retrain_fallback_fires_when_the_verdict_is_not_erased(tmp_path, cac
 
     monkeypatch.setattr(runner.Evaluation, "audit", constructed)
     res = uk.unlearn_sequence("small_cnn", "finetune", REQUESTS[:2], data="digits", epochs=2, fallback="retrain",
-                              audit_config=FAST_AUDIT, out=tmp_path / "o")
+                              audit_config=FAST_AUDIT, references=1, out=tmp_path / "o")
     recs = [s["methods"]["finetune"] for s in res.steps]
     assert [r["fallback"] for r in recs] == [fires, fires] and [r["verdict"] for r in recs] == [verdict] * 2
     retrain_s = sum(s["retrain"]["train_time_s"] for s in res.steps)

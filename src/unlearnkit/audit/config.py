@@ -13,6 +13,16 @@ AUDIT_DATA = ("auto", "test", "train")
 PROBE_SOLVERS = ("auto", "batched", "sklearn", "scipy")
 CI_METHODS = ("corrected_t", "t", "percentile")
 
+#: How the audit's false-flag budget (1 − ``confidence``: the most often a genuine retrain may be flagged) is
+#: split among the checks that decide with K >= 2 references (Bonferroni across them): the layers' family
+#: (:mod:`unlearnkit.audit.tolerance`), the output membership test (:mod:`unlearnkit.metrics.output_test`) and
+#: the four resurfacing checks (BatchNorm recalibration, head re-fit, head relearning, relearning on canonical
+#: copies: margins from the references' spread, :func:`unlearnkit.audit.resurface.relearn_margin`). With one
+#: reference the first two keep their measured constant margins (outside this budget) and the last two only
+#: withhold ``erased``.
+BUDGET = {"layers": 0.375, "output": 0.125, "bn_recalibration": 0.125, "head_refit": 0.125, "head_relearn": 0.125,
+          "relearn": 0.125}
+
 CALIBRATION = """\
 Measured with ``python benchmarks/audit_calibrate.py --dataset digits --classes 3,6,8 --holdout 1,5,7
 --seeds 6`` (small_cnn, default recipe, data_seed 0; benchmarks/results/audit_calibration_digits.json;
@@ -225,6 +235,7 @@ class AuditConfig:
     # --- output-level verdicts -----------------------------------------------------------------
     collapse_margin: float = 20.0
     not_forgotten_margin: float = 10.0
+    utility_budget: float = 2.0
     # --- k-NN (EC) -----------------------------------------------------------------------------
     knn_k: int = 20
     # --- resurfacing checks ----------------------------------------------------------------------

@@ -28,11 +28,13 @@ from typing import Sequence
 
 import numpy as np
 import torch
+from scipy import stats
 from torch import nn
 
 from ..evaluation import output_metrics
 from ..metrics import fid_feat, knn_accuracy, mean_cosine_similarity
-from .config import AuditConfig
+from ..metrics.output_test import OutputTest, output_test_from_logits
+from .config import BUDGET, AuditConfig
 from .context import AuditContext, ForwardPasses
 from .data import AuditData, audit_data, choose
 from .idi import idi_check
@@ -105,14 +107,19 @@ def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: S
     clock.lap("resurfacing_s")
     idi = idi_entry(passes, ctx)
     clock.lap("idi_s")
+    membership = output_membership(passes, split, config)
+    utility = utility_loss(outs, config)
+    clock.lap("output_test_s")
     measured = measurements(outputs_unlearned=outs.unlearned, outputs_retrained=outs.retrained,
                             knn_unlearned=knn["unlearned"], knn_retrained=knn["retrained"], layers=results,
                             rests_on=rests_on, n_forget={k: d.n_forget for k, d in datas.items()},
                             sample_level=ctx.sample_level, resurfacing=resurfacing,
-                            n_train_forget=len(split.train_forget), config=config)
+                            n_train_forget=len(split.train_forget), config=config, output=membership,
+                            utility=utility)
     decision = decide(measured)
     return AuditReport(
         verdict=decision.verdict, evidence=decision.evidence, rests_on=rests_on, rests_on_reason=reason,
+        output_test=membership, utility=utility,
         n_forget_needed=decision.n_forget_needed, layers=results,
         audit_data={k: d.summary() for k, d in datas.items()},
         models=_models_entry(outs, knn, distances, len(passes.refs)), resurfacing=resurfacing, idi=idi,
@@ -141,6 +148,42 @@ def output_numbers(passes: ForwardPasses, split) -> OutputNumbers:
     unlearned, original = output_metrics(passes.out_u, split), output_metrics(passes.out_o, split)
     per_reference = [output_metrics(o, split) for o in passes.out_refs]
     return OutputNumbers(unlearned, original, per_reference, _mean_metrics(per_reference))
+
+
+def output_membership(passes: ForwardPasses, split, config: AuditConfig) -> OutputTest | None:
+    """The output membership test (:mod:`unlearnkit.metrics.output_test`) of the unlearned model's
+    logit-scaled confidence on the training forget set against the references', with the original as its
+    positive control, at the output test's share of the false-flag budget (``config.BUDGET``); None
+    without forget rows."""
+    if not len(split.train_forget):
+        return None
+    logits = [o["train_forget"]["logits"] for o in (passes.out_u, passes.out_o, *passes.out_refs)]
+    return output_test_from_logits(logits[0], logits[2:], logits[1], split.train_forget.y,
+                                   level=(1.0 - config.confidence) * BUDGET["output"])
+
+
+def utility_loss(outs: OutputNumbers, config: AuditConfig) -> dict:
+    """The utility axis: how many points of retained accuracy (training retain set and test-retain, the
+    larger loss) the unlearned model gives up against the references' mean, and whether that is beyond
+    both ``config.utility_budget`` and, with K >= 2 references, the references' own spread (a two-sided
+    95 % Gaussian prediction bound for one more retrain: t_{K-1, 0.975} · sd · sqrt(1 + 1/K)). Not a
+    false-flag test of the budget: it qualifies the verdict (``erased · utility −17.7 pts``)."""
+    losses, bounds = {}, {}
+    k = len(outs.per_reference)
+    for key in ("retain_acc", "test_retain_acc"):
+        refs = [m[key] for m in outs.per_reference if m.get(key) is not None]
+        u = outs.unlearned.get(key)
+        if u is None or not refs or not all(math.isfinite(v) for v in [u, *refs]):
+            continue
+        losses[key] = float(np.mean(refs) - u)
+        bounds[key] = (float(stats.t.ppf(0.975, k - 1) * np.std(refs, ddof=1) * math.sqrt(1 + 1 / k))
+                       if k >= 2 else 0.0)
+    if not losses:
+        return {"loss": None, "flagged": False, "budget": config.utility_budget, "by": None, "spread_bound": None}
+    by = max(losses, key=losses.get)
+    loss, bound = losses[by], bounds[by]
+    return {"loss": loss, "by": by, "budget": config.utility_budget, "spread_bound": bound if k >= 2 else None,
+            "flagged": bool(loss > max(config.utility_budget, bound)), "losses": losses}
 
 
 def layer_measures(datas: dict[str, AuditData], passes: ForwardPasses,

@@ -92,6 +92,15 @@ FAMILY_NOTE = ("suppressed / overforgotten: any comparison's Holm-adjusted p-val
                "rests on inside its tolerance (testable: the original's interval is clear of it there)")
 
 
+def verdict_line(verdict: str, utility: dict | None) -> str:
+    """``verdict`` qualified by the utility axis (``utility``: :func:`unlearnkit.audit.core.utility_loss`'s
+    dict, or None): ``"erased · utility −17.7 pts"`` when flagged, else the bare word. ``collapsed`` already
+    says the utility is gone."""
+    if not utility or not utility.get("flagged") or verdict == "collapsed" or utility.get("loss") is None:
+        return verdict
+    return f"{verdict} · utility −{utility['loss']:.1f} pts"
+
+
 @dataclass
 class AuditReport:
     """What :func:`unlearnkit.audit.audit` found. ``layers`` holds both audit data choices
@@ -115,6 +124,14 @@ class AuditReport:
     task: dict = field(default_factory=dict)
     transmitted: dict = field(default_factory=dict)  # VFL models: audit/vfl.py
     family: tuple = ()  # verdict.Comparison: every test the verdict ran, with raw and Holm p-values
+    output_test: Any = None  # metrics.output_test.OutputTest: the output membership test (None: no forget rows)
+    utility: dict = field(default_factory=dict)  # core.utility_loss: the utility axis
+
+    @property
+    def verdict_line(self) -> str:
+        """The verdict with its utility qualifier: ``erased · utility −17.7 pts`` when the retained accuracy
+        lost is beyond the budget and the references' spread; the bare word means utility kept."""
+        return verdict_line(self.verdict, self.utility)
 
     def layer(self, name: str, data: str | None = None) -> LayerResult:
         for r in self.layers[data or self.rests_on]:
@@ -131,6 +148,9 @@ class AuditReport:
         return json_safe({
             "schema": SCHEMA,
             "verdict": self.verdict,
+            "verdict_line": self.verdict_line,
+            "utility": self.utility,
+            "output_test": self.output_test.to_dict() if self.output_test is not None else None,
             "evidence": list(self.evidence),
             "rests_on": self.rests_on,
             "rests_on_reason": self.rests_on_reason,
@@ -159,10 +179,10 @@ class AuditReport:
         d = self.to_dict()
         header, rows = layer_rows(d)
         evidence = "".join(f"<li>{html.escape(e)}</li>" for e in self.evidence)
-        return (f"<div><p><b>verdict: {html.escape(self.verdict)}</b> (rests on the {html.escape(self.rests_on)} "
+        return (f"<div><p><b>verdict: {html.escape(self.verdict_line)}</b> (rests on the {html.escape(self.rests_on)} "
                 f"data: {html.escape(self.rests_on_reason)})</p><ul>{evidence}</ul>{html_table(header, rows)}</div>")
 
     def summary(self) -> str:
-        lines = [f"verdict: {self.verdict} (rests on the {self.rests_on} data: {self.rests_on_reason})"]
+        lines = [f"verdict: {self.verdict_line} (rests on the {self.rests_on} data: {self.rests_on_reason})"]
         lines += [f"  - {e}" for e in self.evidence]
         return "\n".join(lines)

@@ -2,7 +2,11 @@
 
 Beyond Mirage, two attacks from the unlearning literature, each run on a *copy* of the unlearned
 model and, with the same settings, on the retrained reference(s), so the number to read is the
-excess over retrain (a retrained model relearns a little too):
+excess over retrain (a retrained model relearns a little too). With K >= 2 references every check's
+margin is a one-sided prediction bound from the references' own values at its share of the verdict's
+false-flag budget (:func:`relearn_margin`, ``config.BUDGET``: 1/8 each), never below the check's
+one-reference constant; with one reference BatchNorm recalibration and the head re-fit keep their
+measured constant margins (``resurface_margin`` 20, ``head_refit_margin`` 35 points):
 
 * **BatchNorm recalibration** (PURGE, reference-specs §6 pitfall 1: +88 points of forget accuracy
   on frozen-BN methods): reset every BatchNorm's running statistics and re-estimate them on
@@ -41,7 +45,7 @@ excess over retrain (a retrained model relearns a little too):
   eval mode) on ``relearn_k`` training examples of each forgotten class plus ``relearn_k`` of each
   retained class (so predicting the forgotten class everywhere does not pay), then measure accuracy on
   the other forget samples. Class forgetting only. With K >= 2 references it decides, over a margin
-  from their spread (:func:`relearn_margin`, a quarter of the false-flag budget, as head relearning);
+  from their spread (:func:`relearn_margin`, an eighth of the false-flag budget, as head relearning);
   with one reference, or on an architecture that cannot be canonicalised (residual connections), it is
   reported, and the verdict withholds ``erased`` when it fires. A run that diverges on the unlearned
   model is "not measured" (the verdict says so), never "nothing resurfaced".
@@ -63,7 +67,7 @@ from ..metrics.lda import fewshot_recovery, head_relearn
 from ..models.features import LOGITS, extract
 from ..models.zoo import head_of, taps_of
 from .canonical import canonicalize
-from .config import AuditConfig
+from .config import BUDGET, AuditConfig
 from .context import AuditContext, ForwardPasses
 
 
@@ -131,12 +135,6 @@ def recalibrate_batchnorm(model: nn.Module, data, n_samples: int = 2048, batch_s
     return m
 
 
-def _reference_after(refs: list[nn.Module], attack, name: str, ctx: AuditContext) -> float:
-    """Mean forget accuracy of the references after ``attack``; from the run's cache when an earlier
-    audit of the run attacked the same references with the same settings."""
-    return float(np.mean([ctx.cached(r, (name,), lambda r=r: attack(r)) for r in refs]))
-
-
 def bn_recalibration_check(passes: ForwardPasses, before: float, ctx: AuditContext) -> ResurfaceResult:
     """The BatchNorm recalibration check (module docstring); ``before`` is the unlearned model's forget
     accuracy. References without BatchNorm are measured as they are."""
@@ -151,17 +149,30 @@ def bn_recalibration_check(passes: ForwardPasses, before: float, ctx: AuditConte
         return _forget_acc(m, forget, config, device)
 
     after = attacked(unlearned)
-    if all(batchnorm_layers(r) for r in refs):
-        ref_after = _reference_after(refs, attacked, "bn_recalibration", ctx)
-    else:
-        ref_after = _reference_after(refs, lambda r: _forget_acc(r, forget, config, device), "bn_plain", ctx)
+    attack = attacked if all(batchnorm_layers(r) for r in refs) else (lambda r: _forget_acc(r, forget, config,
+                                                                                               device))
+    key = "bn_recalibration" if attack is attacked else "bn_plain"
+    vals = [ctx.cached(r, (key,), lambda r=r: attack(r)) for r in refs]
+    ref_after = float(np.mean(vals))
     excess = after - ref_after
+    margin = _derived_margin(vals, config, "bn_recalibration", config.resurface_margin)
     return ResurfaceResult(
         "bn_recalibration", True,
         f"BatchNorm statistics re-estimated on {min(config.bn_samples, len(split.train_retain))} retained "
-        f"training samples; forget accuracy on {len(forget)} forget samples",
-        before, after, ref_after, excess, bool(excess > config.resurface_margin and after - before > 0),
-        margin=config.resurface_margin)
+        f"training samples; forget accuracy on {len(forget)} forget samples" + _margin_note(vals),
+        before, after, ref_after, excess, bool(excess > margin and after - before > 0), margin=margin)
+
+
+def _derived_margin(vals: list[float], config: AuditConfig, check: str, constant: float) -> float:
+    """With K >= 2 finite reference values, :func:`relearn_margin` at ``check``'s share of the budget (never
+    below ``constant``, the one-reference margin); else ``constant`` (measured, outside the budget)."""
+    finite = [v for v in vals if math.isfinite(v)]
+    return relearn_margin(finite, config, check, floor=constant) if len(finite) >= 2 else constant
+
+
+def _margin_note(vals: list[float]) -> str:
+    return (f"; margin from the {len(vals)} references' spread ({', '.join(f'{v:.1f}' for v in vals)} %)"
+            if len(vals) >= 2 else "; constant margin (one reference)")
 
 
 def _few_shot_rows(y: np.ndarray, k: int, rng: np.random.RandomState) -> np.ndarray:
@@ -229,7 +240,7 @@ def relearn_check(passes: ForwardPasses, before: float, ctx: AuditContext) -> Re
     finite = [v for v in vals if math.isfinite(v)]
     ref_after = float(np.mean(finite)) if finite else math.nan
     decides = not reasons and len(finite) >= 2
-    margin = relearn_margin(finite, config) if decides else config.resurface_margin
+    margin = relearn_margin(finite, config, "relearn") if decides else config.resurface_margin
     note = (f"{config.relearn_steps} SGD steps (lr {config.relearn_lr:g}) on canonical copies (unit-norm incoming "
             f"weights, units sorted: no rescaling or permutation moves it) from {f_rows.size} forget + "
             f"{r_rows.size} retained examples; accuracy on {len(held_data)} other forget samples")
@@ -251,17 +262,18 @@ def _cached_values(out_refs: list[dict], computes: list, name: str, layer: str,
     return [ctx.cached(o, (name, layer), lambda o=o, f=f: f(o)) for o, f in zip(out_refs, computes)]
 
 
-def relearn_margin(ref_values: list[float], config: AuditConfig) -> float:
-    """The margin of a relearning check from K >= 2 references: max(``resurface_margin``,
-    t_{K-1, 1-a} · s · sqrt(1 + 1/K)) points, s the references' standard deviation and
-    a = (1 − ``confidence``) / 4 (a one-sided Gaussian prediction bound for a new retrain's excess over
-    the references' mean; the verdict's false-flag budget 1 − ``confidence`` is split: half to the
-    layers (:mod:`unlearnkit.audit.tolerance`), a quarter to head relearning, a quarter to relearning
-    on all weights). INFERRED: no reference code exists."""
+def relearn_margin(ref_values: list[float], config: AuditConfig, check: str = "relearn",
+                   floor: float | None = None) -> float:
+    """The margin of a resurfacing check from K >= 2 references: max(``floor``, t_{K-1, 1-a} · s ·
+    sqrt(1 + 1/K)) points, s the references' standard deviation and a = (1 − ``confidence``) ·
+    ``BUDGET[check]`` (a one-sided Gaussian prediction bound for a new retrain's excess over the references'
+    mean at the check's share of the verdict's false-flag budget, :data:`unlearnkit.audit.config.BUDGET`:
+    3/8 to the layers, 1/8 to the output test, 1/8 to each resurfacing check). ``floor`` defaults to
+    ``resurface_margin``. INFERRED: no reference code exists."""
     k = len(ref_values)
     sd = float(np.std(ref_values, ddof=1))
-    t = float(stats.t.ppf(1.0 - (1.0 - config.confidence) / 4.0, k - 1))
-    return max(config.resurface_margin, t * sd * math.sqrt(1 + 1 / k))
+    t = float(stats.t.ppf(1.0 - (1.0 - config.confidence) * BUDGET[check], k - 1))
+    return max(config.resurface_margin if floor is None else floor, t * sd * math.sqrt(1 + 1 / k))
 
 
 def _head_refit_recovery(out: dict, layer: str, yf: np.ndarray, retain_rows: np.ndarray, yr: np.ndarray,
@@ -301,14 +313,16 @@ def head_refit_check(passes: ForwardPasses, before: float, ctx: AuditContext) ->
         return _head_refit_recovery(out, layer, yf_all, retain_rows, yr, draws)
 
     after = recovery(out_u)
-    ref_after = float(np.mean(_cached_values(out_refs, [recovery] * len(out_refs), "head_refit", layer, ctx)))
+    vals = _cached_values(out_refs, [recovery] * len(out_refs), "head_refit", layer, ctx)
+    ref_after = float(np.mean(vals))
     excess = after - ref_after
+    margin = _derived_margin(vals, config, "head_refit", config.head_refit_margin)
     return ResurfaceResult(
         "head_refit", True,
         f"head re-fitted on {layer} with the body frozen from {k} example(s) of each forgotten class and "
         f"{retain_rows.size} retained samples (LDA), mean over {len(draws)} draws; recovery on the other "
-        f"forget samples", before, after, ref_after, excess, bool(excess > config.head_refit_margin),
-        margin=config.head_refit_margin)
+        f"forget samples" + _margin_note(vals), before, after, ref_after, excess, bool(excess > margin),
+        margin=margin)
 
 
 def _head_input(model: nn.Module, layer: str):
@@ -355,7 +369,7 @@ def head_relearn_check(passes: ForwardPasses, before: float, ctx: AuditContext) 
     # one reference: retrained heads disagree too much for a constant margin (reported only); with K >= 2
     # the margin comes from their spread and the check decides
     decides = len(vals) >= 2
-    margin = relearn_margin(vals, config) if decides else config.resurface_margin
+    margin = relearn_margin(vals, config, "head_relearn") if decides else config.resurface_margin
     return ResurfaceResult(
         "head_relearn", True,
         f"{config.relearn_steps} SGD steps (lr {config.head_relearn_lr:g}, whitened coordinates) on the model's "

@@ -9,20 +9,23 @@ With K >= 2 references the tolerance is derived from them, per layer:
     tolerance = max(floor, exp(t_{K-1, 1 - a} * s * sqrt(1 + 1/K)))
 
 where s is the sample standard deviation of log U over the K references (U = the unbiased Mahalanobis
-separability of the forget set at that layer), ``t`` the Student-t quantile and
-a = (1 − ``confidence``) / 2 / (number of comparisons in the audit's family) / 2 (the audit's tests
-are two-sided since issue 28). This is a two-sided Gaussian *prediction* bound: a new retrain's log U
-minus the mean of K references has variance s²(1 + 1/K), so a genuine retrain's point estimate falls
-outside the tolerance at one comparison with probability 2a, and at any comparison of the family with
-probability at most (1 − ``confidence``)/2 (Bonferroni: it holds however the layers are correlated);
-the other half of the 5 % goes to head relearning and relearning on canonical copies, which decide
-with K >= 2 references (:func:`unlearnkit.audit.resurface.relearn_margin`). A flag also
+separability of the forget set at that layer; the same rule on log MMD² sets the MMD² ratio's
+tolerance), ``t`` the Student-t quantile and a = (1 − ``confidence``) · 3/8 / (number of comparisons in
+the audit's family) / 2 (the layers' share of the false-flag budget, ``config.BUDGET``; the audit's
+tests are two-sided since issue 28). This is a two-sided Gaussian *prediction* bound: a new retrain's
+log U minus the mean of K references has variance s²(1 + 1/K), so a genuine retrain's point estimate
+falls outside the tolerance at one comparison with probability 2a, and at any comparison of the family
+with probability at most 3/8 (1 − ``confidence``) (Bonferroni: it holds however the layers are
+correlated); the rest of the 5 % goes to the output membership test and to head relearning and
+relearning on canonical copies, which decide with K >= 2 references
+(:func:`unlearnkit.audit.resurface.relearn_margin`). A flag also
 needs the exceedance to be
 significant under the data's bootstrap noise, so the realised rate is lower. The tolerance tightens
 when the references agree and widens when they do not; ``separability_floor`` (1.5x) is the
 documented floor it never goes below (retrains of other seeds differed by up to 1.47x on
 small_cnn, ``CALIBRATION``). The t quantile makes few references expensive on purpose:
-with K = 2 its multiplier is ~204, with K = 3 ~17.9, with K = 5 ~6.4 (8 comparisons, two-sided).
+with K = 2 its multiplier is ~544, with K = 3 ~29, with K = 5 ~8.2 (16 comparisons: separability and
+MMD² at 4 layers of 2 audit data, two-sided).
 
 Deliberate: this is INFERRED (no reference code exists for a references-derived audit tolerance).
 """
@@ -34,7 +37,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy import stats
 
-from .config import AuditConfig
+from .config import BUDGET, AuditConfig
 
 #: Architectures whose one-reference tolerance (2.2x) was calibrated, and on what.
 CALIBRATED = {
@@ -102,8 +105,8 @@ def separability_tolerance(log_d2_refs: list[float], n_comparisons: int, two_sid
         if calibrated_on:
             return Tolerance(config.separability_margin, "calibrated", k, calibrated_on=calibrated_on)
         return Tolerance(config.separability_margin, "uncalibrated", k)
-    # half the error budget to the layers, half to head relearning (which decides with K >= 2)
-    level = (1.0 - config.confidence) / 2.0 / max(n_comparisons, 1) / (2.0 if two_sided else 1.0)
+    # the layers' share of the false-flag budget (config.BUDGET), Bonferroni over the family
+    level = (1.0 - config.confidence) * BUDGET["layers"] / max(n_comparisons, 1) / (2.0 if two_sided else 1.0)
     sd = float(np.std(np.asarray(log_d2_refs, dtype=float), ddof=1))
     t = float(stats.t.ppf(1.0 - level, k - 1))
     derived = math.exp(min(t * sd * math.sqrt(1.0 + 1.0 / k), 700.0))
@@ -124,7 +127,7 @@ def simulate_false_flags(k: int, n_comparisons: int, rho: float, *, trials: int 
     cov = np.full((n_comparisons, n_comparisons), rho) + (1.0 - rho) * np.eye(n_comparisons)
     draws = rng.multivariate_normal(np.zeros(n_comparisons), cov, size=(trials, k + 1))  # trials x (k+1) x L
     refs, new = draws[:, :k], draws[:, k]
-    level = (1.0 - confidence) / 2.0 / n_comparisons / (2.0 if two_sided else 1.0)
+    level = (1.0 - confidence) * BUDGET["layers"] / n_comparisons / (2.0 if two_sided else 1.0)
     tol = stats.t.ppf(1.0 - level, k - 1) * refs.std(axis=1, ddof=1) * math.sqrt(1.0 + 1.0 / k)
     dev = new - refs.mean(axis=1)
     beyond = np.abs(dev) > tol if two_sided else dev > tol

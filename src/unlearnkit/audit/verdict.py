@@ -9,14 +9,17 @@ statistic) with its p-value, Holm-adjusted over the whole family. :func:`decide`
    ``collapse_margin`` points below retrain's (the penultimate k-NN accuracy is reported, no longer
    read: cosine k-NN on raw features moves when units are rescaled).
 2. :func:`not_forgotten`: forget accuracy (training forget set) more than ``not_forgotten_margin``
-   points above retrain's, and significantly so (one-sided two-proportion z-test at ``confidence``).
+   points above retrain's, and significantly so (one-sided two-proportion z-test at ``confidence``), or
+   the output membership test (:mod:`unlearnkit.metrics.output_test`, K >= 2 references) finds the
+   model more confident on the forget set than retrains are (membership above retrain's: samples too).
 3. :func:`suppressed`: the output forgets, but some comparison on either audit data is significantly
-   *above* the tolerance after Holm's correction over the family (so a genuine retrain is flagged in
-   at most 1 − ``confidence`` of audits), or a resurfacing check that enters the verdict (BatchNorm
+   *above* the tolerance after Holm's correction over the family (separability and, with K >= 2
+   references, MMD² at every layer), or a resurfacing check that enters the verdict (BatchNorm
    recalibration, head re-fit; with K >= 2 references head relearning and relearning on canonical
    copies) brings the class back beyond retrain's.
-4. :func:`overforgotten`: some comparison is significantly *below* 1/tolerance (two-sided tests):
-   the removal itself is detectable.
+4. :func:`overforgotten`: some comparison is significantly *below* 1/tolerance (two-sided tests), or the
+   output membership test finds the forget set's outputs beyond retrain's on the forgotten side: the
+   removal itself is detectable.
 5. :func:`too_few`: fewer than ``min_forget`` forget samples on the data the verdict rests on.
 6. :func:`no_positive_control`: no layer is testable on that data (a layer is testable where its
    statistic is defined and the original is clear of the tolerance: a per-layer positive control).
@@ -25,13 +28,23 @@ statistic) with its p-value, Holm-adjusted over the whole family. :func:`decide`
 8. :func:`not_equivalent`: some testable layer's interval still reaches the tolerance on either side,
    naming the layer and how many forget samples would decide (80 % power).
 9. :func:`unmeasured`: a deciding attack could not be measured (relearning diverged).
-10. :func:`blocked`: a resurfacing check that does not decide (one reference, or an architecture that
+10. :func:`output_untested`: the output membership test is not conclusive (fewer than 2 references,
+    or no power: the original's outputs are inside retrain's range), so "indistinguishable at the output"
+    is not shown.
+11. :func:`blocked`: a resurfacing check that does not decide (one reference, or an architecture that
     cannot be canonicalised) brought the class back: no flag, but no certification either.
-11. :func:`erased`: an equivalence claim (two one-sided tests, combined as an intersection-union test,
+12. :func:`erased`: an equivalence claim (two one-sided tests, combined as an intersection-union test,
     which needs no multiplicity correction): every testable layer within tolerance of retrain, at least
-    one testable layer, utility kept; it names the layers it certifies and those it cannot test.
+    one testable layer, the output membership test within retrain's range with the original outside it;
+    it names the layers it certifies and those it cannot test.
 
-Rules 5-10 answer ``inconclusive``, each saying what would decide. The statistic
+The false-flag budget 1 − ``confidence`` is split among the deciding checks (``config.BUDGET``): 3/8
+to the layers' family, 1/8 to the output test, 1/4 each to head relearning and relearning. The
+utility axis (:func:`unlearnkit.audit.core.utility_loss`) qualifies any verdict but ``collapsed``:
+``erased · utility −17.7 pts`` (``AuditReport.verdict_line``) when retained accuracy is lost beyond
+``utility_budget`` and the references' spread; the bare word means utility kept.
+
+Rules 5-11 answer ``inconclusive``, each saying what would decide. The statistic
 (:mod:`unlearnkit.audit.layers`) is the ratio of the Gaussian-unbiased Mahalanobis distance U of
 forget vs retained features, unlearned over retrain, compared on the log scale at every layer of both
 audit data: invariant to function-preserving reparametrisations, two-sided, and "cannot decide"
@@ -43,7 +56,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 from scipy import stats
@@ -137,6 +150,8 @@ class Measurements:
     resurfacing: dict
     n_train_forget: int
     config: AuditConfig
+    output: Any = None        # metrics.output_test.OutputTest of the training forget set (None: not run)
+    utility: dict = field(default_factory=dict)  # core.utility_loss
 
     @property
     def alpha(self) -> float:
@@ -241,11 +256,12 @@ def comparisons(layers: dict[str, list[LayerResult]], sample_level: bool) -> tup
 
 def measurements(*, outputs_unlearned: dict, outputs_retrained: dict, knn_unlearned: dict, knn_retrained: dict,
                  layers: dict[str, list[LayerResult]], rests_on: str, n_forget: dict[str, int], sample_level: bool,
-                 resurfacing: dict, n_train_forget: int, config: AuditConfig) -> Measurements:
+                 resurfacing: dict, n_train_forget: int, config: AuditConfig, output=None,
+                 utility: dict | None = None) -> Measurements:
     """The record the rules read, with the family of comparisons formed from ``layers``."""
     return Measurements(outputs_unlearned, outputs_retrained, knn_unlearned, knn_retrained,
                         comparisons(layers, sample_level), layers, rests_on, n_forget, sample_level, resurfacing,
-                        n_train_forget, config)
+                        n_train_forget, config, output, utility or {})
 
 
 # --- the rules ----------------------------------------------------------------------------------------
@@ -273,6 +289,9 @@ def not_forgotten(m: Measurements) -> Decision | None:
         return Decision("not_forgotten", [
             f"forget accuracy {fu:.1f}% vs retrain's {fr:.1f}% (+{fu - fr:.1f} points, margin "
             f"{cfg.not_forgotten_margin:g}): the model still predicts the forget set"])
+    if _output_flag(m) == "above":
+        return Decision("not_forgotten", [output_line(m.output) + ": more confident on the forget set than a retrain "
+                                          "would be (membership above retrain's)"])
     return None
 
 
@@ -304,11 +323,15 @@ def overforgotten(m: Measurements) -> Decision | None:
     tolerance (Holm over the family, like :func:`suppressed`): the model is told apart from retrain
     by what it removed (e.g. a forget class whose features were pulled onto the retained data's)."""
     flagged = [c for c in m.comparisons if c.defined and c.p_holm < m.alpha and c.value < 0]
-    if not flagged:
+    below = _output_flag(m) == "below"
+    if not flagged and not below:
         return None
-    return Decision("overforgotten", [_describe(c, m) for c in sorted(flagged, key=lambda c: c.p_holm)] + [
-        "a representation from which the forget data were removed beyond what retraining leaves is itself "
-        "detectable: it is not indistinguishable from retrain"])
+    ev = [_describe(c, m) for c in sorted(flagged, key=lambda c: c.p_holm)]
+    if below:
+        ev.append(output_line(m.output) + ": the forget set's outputs sit beyond retrain's on the forgotten side")
+    return Decision("overforgotten", ev + [
+        "forgetting beyond what retraining leaves is itself detectable (the Streisand effect): the model is not "
+        "indistinguishable from retrain"])
 
 
 def too_few(m: Measurements) -> Decision | None:
@@ -403,6 +426,44 @@ def unmeasured(m: Measurements) -> Decision | None:
     return Decision("inconclusive", [f"{r.name}: {r.undecided}" for r in bad])
 
 
+def _output_flag(m: Measurements) -> str | None:
+    """"above" / "below" when the output membership test flags the model, else None."""
+    o = m.output
+    return o.decision if o is not None and o.decision in ("above", "below") else None
+
+
+def output_line(o) -> str:
+    """The output membership test in words (T1: the mean z of the logit-scaled confidence over the forget set)."""
+    t1 = o.mean_z
+    if t1 is None:
+        return f"output membership test: {o.status}"
+    return (f"output membership test ({o.num_examples} forget examples, {o.num_references} references): mean z "
+            f"{t1.value:+.2f} where retrains fall in [{t1.lower:+.2f}, {t1.upper:+.2f}] and the original at "
+            f"{t1.original:+.2f}")
+
+
+def output_untested(m: Measurements) -> Decision | None:
+    """``erased`` means indistinguishable from retrain at the output too: without a conclusive output
+    membership test (fewer than 2 references, no forget rows, degenerate outputs, or no power: the original
+    itself is not told apart there) erasure is not certified."""
+    o = m.output
+    if o is not None and o.decision == "within":
+        return None
+    if o is None:
+        why = "the output membership test did not run (no training forget rows)"
+    elif o.status == "too_few_references":
+        why = (f"the output membership test needs 2 or more retrained references ({o.num_references} given): pass "
+               f"--references 5")
+    elif o.status == "degenerate":
+        why = "the output membership test cannot be computed (non-finite outputs, or references without spread)"
+    else:
+        need = f"; about {o.references_for_power} references would give it power" if o.references_for_power else ""
+        why = (output_line(o) + ": the original itself is inside retrain's range, so the outputs cannot show "
+               "erasure" + need)
+    return Decision("inconclusive", [why + "; erasure is certified only where the outputs are shown to be "
+                                           "retrain-like too"])
+
+
 def _untestable_lines(m: Measurements) -> list[str]:
     main = m.on(m.rests_on)
     return [f"cannot test {c.layer} ({_stat_name(c.stat)}): {c.untestable_reason()}" for c in main
@@ -432,12 +493,13 @@ def erased(m: Measurements) -> Decision:
     return Decision("erased", [
         f"certified at {_where(testable)}: each interval lies within tolerance of retrain on "
         f"the {m.rests_on} data ({m.n_forget[m.rests_on]} forget samples), where the original is clear of it; e.g. "
-        f"{_plain(best, m)}"] + _untestable_lines(m))
+        f"{_plain(best, m)}", output_line(m.output) + ": retrain-like (the original is flagged)"]
+        + _untestable_lines(m))
 
 
 RULES: tuple[Callable[[Measurements], Decision | None], ...] = (
     collapsed, not_forgotten, suppressed, overforgotten, too_few, no_positive_control, uncalibrated, not_equivalent,
-    unmeasured, blocked, erased)
+    unmeasured, output_untested, blocked, erased)
 
 
 def decide(m: Measurements) -> Decision:
@@ -452,13 +514,19 @@ def decide(m: Measurements) -> Decision:
                               "it is very wide; 5 references are recommended")
         if d.verdict not in ("collapsed", "not_forgotten"):
             u, r = m.outputs_unlearned, m.outputs_retrained
-            d.evidence.insert(0, f"output forgets like retrain: forget accuracy {u['forget_acc']:.1f}% vs "
+            d.evidence.insert(0, f"output accuracy: forget accuracy {u['forget_acc']:.1f}% vs "
                                  f"retrain's {r['forget_acc']:.1f}%, test-retain accuracy "
                                  f"{u['test_retain_acc']:.1f}% vs {r['test_retain_acc']:.1f}%")
         if d.verdict == "suppressed" and _uncalibrated(m):
             d.evidence.append(f"(caution) {UNCALIBRATED}: a retrain of this architecture could differ by more")
         if rule is not blocked:
             d.evidence.extend(_reported_only(m))
+        if m.utility.get("flagged") and d.verdict != "collapsed":
+            u = m.utility
+            d.evidence.append(f"utility: {u['loss']:.1f} points of {u['by'].replace('_acc', ' accuracy')} lost against "
+                              f"retrain's (budget {u['budget']:g}"
+                              + (f", references' spread {u['spread_bound']:.1f}" if u.get("spread_bound") else "")
+                              + ")")
         return d
     raise AssertionError("the last rule always decides")  # pragma: no cover
 

@@ -212,11 +212,12 @@ def _models(original: Path, unlearned: Path, retrained: list[Path], *, model, bu
 
 def _print_report(report, console) -> None:
     """Verdict, evidence and the per-layer table; user text (layer names, evidence) printed literally."""
+    from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
     style = VERDICT_STYLE.get(report.verdict, "bold")
-    console.print(f"verdict: [{style}]{report.verdict}[/] (rests on the {report.rests_on} data: "
+    console.print(f"verdict: [{style}]{escape(report.verdict_line)}[/] (rests on the {report.rests_on} data: "
                   f"{report.rests_on_reason})")
     for line in report.evidence:
         console.print(f"  - {line}", highlight=False, markup=False)

@@ -46,7 +46,7 @@ def run_command(
                                                            "InfoNCE critics)"),
     references: Optional[int] = typer.Option(None, help="retrained references of seeds seed..seed+K-1 for the "
                                              "audit; K >= 2 derives each layer's tolerance from their spread "
-                                             "[1 on small_cnn (calibrated), 5 elsewhere]"),
+                                             "and runs the output membership test; erased needs K >= 2 [5]"),
     progress: bool = typer.Option(True, help="show progress bars"),
     amp: Optional[str] = AMP,
     channels_last: Optional[bool] = CHANNELS_LAST,

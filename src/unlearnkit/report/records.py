@@ -47,7 +47,12 @@ class Record:
 
     @property
     def verdict(self) -> str | None:
-        return (self.audit or {}).get("verdict")
+        """The audit's verdict, qualified ``· utility lost`` when it flagged lost retained accuracy (the
+        utility axis, ``audit.json``'s ``utility``); ``collapsed`` already says it."""
+        audit = self.audit or {}
+        v = audit.get("verdict")
+        lost = v and v != "collapsed" and (audit.get("utility") or {}).get("flagged")
+        return f"{v} · utility lost" if lost else v
 
 
 def from_store(path: str | Path, rows: list[dict]) -> list[Record]:

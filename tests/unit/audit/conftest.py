@@ -70,6 +70,16 @@ def retrain3(audit_split, audit_cache):
 
 
 @pytest.fixture(scope="session")
+def retrain4(audit_split, audit_cache):
+    return _train("retrain", audit_split, 4, audit_cache)
+
+
+@pytest.fixture(scope="session")
+def retrain5(audit_split, audit_cache):
+    return _train("retrain", audit_split, 5, audit_cache)
+
+
+@pytest.fixture(scope="session")
 def report_cache():
     """Audits are the slow part: each (case, config) is computed once per session."""
     return {}
@@ -77,8 +87,16 @@ def report_cache():
 
 @pytest.fixture(scope="session")
 def rep_erased(report_cache, original, retrain0, retrain1, audit_split):
-    """Another retrain seed, audited with the default config: must be certified erased."""
+    """Another retrain seed against one reference, default config: within tolerance everywhere, but with one
+    reference the output membership test cannot run, so never certified erased."""
     return cached_audit(report_cache, "erased", original, retrain1, retrain0, audit_split)
+
+
+@pytest.fixture(scope="session")
+def rep_erased5(report_cache, original, retrain0, retrain1, retrain2, retrain3, retrain4, retrain5, audit_split):
+    """Another retrain seed (5) against five references (0-4), default config: must be certified erased."""
+    return cached_audit(report_cache, "erased5", original, retrain5, [retrain0, retrain1, retrain2, retrain3, retrain4],
+                        audit_split)
 
 
 @pytest.fixture(scope="session")

@@ -72,7 +72,8 @@ def _assert_same_numbers(a: dict, b: dict, label) -> None:
 
 
 @pytest.mark.parametrize("how", sorted(REPARAMETRISATIONS))
-@pytest.mark.parametrize("case,expected", [("masked", "suppressed"), ("retrain", "erased"),
+# one reference: a genuine retrain is within tolerance everywhere but "inconclusive" (no output membership test)
+@pytest.mark.parametrize("case,expected", [("masked", "suppressed"), ("retrain", "inconclusive"),
                                            ("original", "not_forgotten")])
 def test_reparametrised_model_reads_the_same_numbers_and_verdict(case, expected, how, original, retrain0,
                                                                  retrain1, audit_split, shared, audits):
@@ -112,7 +113,8 @@ def mnist():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case,expected", [("masked", "suppressed"), ("retrain", "erased"),
+# one reference: a genuine retrain is within tolerance everywhere but "inconclusive" (no output membership test)
+@pytest.mark.parametrize("case,expected", [("masked", "suppressed"), ("retrain", "inconclusive"),
                                            ("original", "not_forgotten")])
 def test_reparametrised_mnist5k_models_read_the_same_numbers_and_verdict(case, expected, mnist):
     split, models = mnist

@@ -26,6 +26,7 @@ from unlearnkit.audit.verdict import (
     suppressed,
     too_few,
 )
+from unlearnkit.metrics.output_test import output_test
 
 OUT = {"forget_acc": 0.0, "retain_acc": 99.0, "test_retain_acc": 98.0}
 LOG2 = math.log(2.0)
@@ -41,16 +42,28 @@ def _layers(names, data=("train",)):
     return {d: [LayerResult(n, probed=True, cka_original=0.5, cka_retrain=0.9) for n in names] for d in data}
 
 
-def _m(comps, n_forget=100, resurfacing=None, out_u=OUT, out_r=OUT, data=("train",)):
+def _output(shift=0.0, original=-40.0, k=5, n=100):
+    """The output membership test of constructed φ: references scattered around 0, the unlearned model
+    shifted by ``shift`` (per example), the original at ``original``."""
+    rng = np.random.default_rng(0)
+    refs = rng.normal(0.0, 1.0, (k, n)) + rng.normal(0.0, 0.3, (k, 1))
+    return output_test(np.full(n, shift) + rng.normal(0, 1.0, n), refs, np.full(n, original), 0.00625)
+
+
+WITHIN = _output()
+
+
+def _m(comps, n_forget=100, resurfacing=None, out_u=OUT, out_r=OUT, data=("train",), output=WITHIN, utility=None):
     return Measurements(out_u, out_r, {"test_retain": 97.0}, {"test_retain": 97.0}, tuple(comps),
                         _layers(sorted({c.layer for c in comps}) or ["penultimate"], data), "train",
-                        {d: n_forget for d in data}, False, resurfacing or {}, n_forget, AuditConfig())
+                        {d: n_forget for d in data}, False, resurfacing or {}, n_forget, AuditConfig(), output,
+                        utility or {})
 
 
 def test_the_rules_run_in_the_documented_order():
     assert [r.__name__ for r in RULES] == ["collapsed", "not_forgotten", "suppressed", "overforgotten", "too_few",
                                            "no_positive_control", "uncalibrated", "not_equivalent", "unmeasured",
-                                           "blocked", "erased"]
+                                           "output_untested", "blocked", "erased"]
 
 
 def test_holm_adjusted_p_values_by_hand():
@@ -211,3 +224,54 @@ def test_an_undefined_statistic_is_never_within():
     inf = Comparison("train", "penultimate", "separability", math.inf, math.inf, math.inf, LOG2, True, 1.6, 1.4,
                      1.8, p=0.0, p_holm=0.0, status="separated")
     assert inf.defined and decide(_m([_cmp("block3", 0.0, -0.1, 0.1), inf])).verdict == "suppressed"
+
+
+def test_the_output_membership_test_decides_and_erased_needs_it():
+    """Every layer within tolerance is not enough: the output test must show the forget set's outputs are
+    retrain-like too; beyond them on either side is a flag, and an untested output withholds erased."""
+    comps = [_cmp("block3", 0.0, -0.1, 0.1), _cmp("penultimate", 0.0, -0.1, 0.1)]
+    assert WITHIN.decision == "within"
+    d = decide(_m(comps))
+    assert d.verdict == "erased" and any("output membership test" in e and "retrain-like" in e for e in d.evidence)
+    below, above = _output(shift=-30.0), _output(shift=30.0)
+    assert (below.decision, above.decision) == ("below", "above")
+    d = decide(_m(comps, output=below))
+    assert d.verdict == "overforgotten" and any("forgotten side" in e for e in d.evidence), d
+    assert decide(_m(comps, output=above)).verdict == "not_forgotten"
+    one_ref = output_test(np.zeros(100), np.zeros((1, 100)), np.full(100, -40.0))
+    d = decide(_m(comps, output=one_ref))
+    assert d.verdict == "inconclusive" and any("2 or more retrained references" in e for e in d.evidence), d
+    no_power = _output(original=0.1)
+    assert no_power.decision == "untested"
+    d = decide(_m(comps, output=no_power))
+    assert d.verdict == "inconclusive" and any("original itself is inside" in e for e in d.evidence), d
+    assert decide(_m(comps, output=None)).verdict == "inconclusive"
+
+
+def test_the_utility_axis_qualifies_the_verdict_line():
+    from unlearnkit.audit.report import verdict_line
+
+    comps = [_cmp("block3", 0.0, -0.1, 0.1)]
+    lost = {"loss": 17.7, "by": "test_retain_acc", "budget": 2.0, "spread_bound": 1.2, "flagged": True}
+    d = decide(_m(comps, utility=lost))
+    assert d.verdict == "erased"
+    assert any(e.startswith("utility: 17.7 points of test_retain accuracy") for e in d.evidence)
+    assert verdict_line("erased", lost) == "erased · utility −17.7 pts"
+    assert verdict_line("erased", {**lost, "flagged": False}) == "erased"
+    assert verdict_line("collapsed", lost) == "collapsed"  # collapsed already says it
+    assert verdict_line("suppressed", None) == "suppressed"
+
+
+def test_utility_loss_by_hand():
+    from unlearnkit.audit.core import OutputNumbers, utility_loss
+
+    refs = [{"retain_acc": 99.0, "test_retain_acc": v} for v in (98.0, 98.5, 97.5)]
+    outs = OutputNumbers({"retain_acc": 98.9, "test_retain_acc": 80.8}, {}, refs, {})
+    u = utility_loss(outs, AuditConfig())
+    # test-retain: mean 98.0 - 80.8 = 17.2 points; spread bound t_{2, 0.975} (4.3027) x sd 0.5 x sqrt(4/3)
+    assert u["by"] == "test_retain_acc" and u["loss"] == pytest.approx(17.2)
+    assert u["spread_bound"] == pytest.approx(4.302653 * 0.5 * math.sqrt(4 / 3), rel=1e-5) and u["flagged"]
+    kept = utility_loss(OutputNumbers({"retain_acc": 99.0, "test_retain_acc": 96.5}, {}, refs, {}), AuditConfig())
+    assert kept["loss"] == pytest.approx(1.5) and not kept["flagged"]  # under the 2-point budget
+    wide = utility_loss(OutputNumbers({"retain_acc": 99.0, "test_retain_acc": 95.7}, {}, refs, {}), AuditConfig())
+    assert not wide["flagged"]  # 2.3 points: beyond the 2-point budget but inside the references' spread (2.48)
