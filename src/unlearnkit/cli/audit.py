@@ -48,8 +48,8 @@ def audit_command(
     retrained: List[Path] = typer.Option(
         ..., "--retrained", help="checkpoint of a model retrained without the forget set; repeat the option "
                                  "for several seeds: with 2 or more, each layer's tolerance is derived from "
-                                 "their spread (5 recommended; one is enough only on small_cnn, the calibrated "
-                                 "architecture)"),
+                                 "their spread and the output membership test runs; erased needs 2 or more "
+                                 "(5 recommended)"),
     dataset: str = typer.Option(..., help="dataset the models were trained on (unlearnkit list datasets): their "
                                           "classes and input shape, and the split for any part not given as a file"),
     forget_data: Optional[Path] = typer.Option(None, help="your forget set: a torch.save'd {'x': x, 'y': y} or (x, y) "
@@ -87,9 +87,24 @@ def audit_command(
 ):
     """Did the unlearned model really forget? Verdict, evidence, per-layer numbers and plots."""
     from ..audit import AuditConfig
-    from ..data.splits import ForgetSpec
 
     files = {"forget": forget_data, "retain": retain_data, "test": test_data}
+    spec = _forget_spec(files, forget_classes, forget_random, forget_indices)
+    layer_list = parse_layers(layers)
+    _check_files(original, unlearned, retrained, out)
+    config = AuditConfig(center=center, confidence=confidence, n_splits=n_splits, audit_data=audit_data,
+                         bn_recalibration=resurface, head_refit=resurface, head_relearn=resurface,
+                         relearn=resurface, n_jobs=jobs, idi=idi)
+    data = {"dataset": dataset, "data_dir": data_dir, "download": download, "data_seed": data_seed, "files": files}
+    return _audit([original, unlearned, *retrained], spec, data, model=model, layers=layer_list, config=config,
+                  device=device, out=out)
+
+
+def _forget_spec(files: dict, forget_classes, forget_random, forget_indices):
+    """The forget specification of the options, each user file checked; None when the user gave all three
+    data parts as files (the forget set is --forget-data: a forget option then is refused)."""
+    from ..data.splits import ForgetSpec
+
     for role, path in files.items():
         if path is not None:
             validate.input_file(f"--{role}-data", path)
@@ -99,17 +114,8 @@ def audit_command(
         if given:
             raise UserError(f"{given[0]} is not needed with --forget-data, --retain-data and --test-data all given "
                             f"(the forget set is --forget-data): drop it")
-        spec = None
-    else:
-        spec = ForgetSpec.from_options(forget_classes, forget_random, forget_indices)
-    layer_list = parse_layers(layers)
-    _check_files(original, unlearned, retrained, out)
-    config = AuditConfig(center=center, confidence=confidence, n_splits=n_splits, audit_data=audit_data,
-                         bn_recalibration=resurface, head_refit=resurface, head_relearn=resurface,
-                         relearn=resurface, n_jobs=jobs, idi=idi)
-    data = {"dataset": dataset, "data_dir": data_dir, "download": download, "data_seed": data_seed, "files": files}
-    return _audit([original, unlearned, *retrained], spec, data, model=model, layers=layer_list, config=config,
-                  device=device, out=out)
+        return None
+    return ForgetSpec.from_options(forget_classes, forget_random, forget_indices)
 
 
 def _audit(paths: list[Path], spec, data: dict, *, model, layers, config, device, out: Path):
