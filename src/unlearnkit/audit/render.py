@@ -20,7 +20,7 @@ from ..checkpoints import atomic_write_text
 from ..markdown import markdown_table
 from ..plotting import LITERAL, literal_legend, literal_text, tolerance_band
 from .report import AuditReport
-from .tables import html_table, idi_rows, layer_rows, model_rows, resurface_rows
+from .tables import html_table, idi_rows, layer_rows, model_rows, output_rows, resurface_rows
 from .vfl import transmitted_html, transmitted_markdown
 
 EXPLAIN = [
@@ -45,6 +45,16 @@ EXPLAIN = [
                               "per-unit scale)"),
     ("tolerance", "the separability ratio a layer may reach (either way) before it counts as a deviation: 2.2x with "
                   "one reference on small_cnn, else derived from the spread of several retrained references"),
+    ("MMD² ratio [CI] / tolerance", "with 2 or more references: the unbiased kernel MMD² of forget vs retained "
+                                    "features (whitened, Gaussian kernel at the median distance) of the unlearned "
+                                    "model over the references' mean, Fieller's 95 % interval, and its tolerance "
+                                    "from the references' spread. Read by the verdict, two-sided; it sees any "
+                                    "difference of distributions, not only of means; 'saturated' = cannot decide"),
+    ("output membership test", "per forget example, the logit-scaled confidence log(p_y / (1 − p_y)) against a "
+                               "Gaussian fitted to the references (U-LiRA); mean z is the unlearned model's average "
+                               "deviation in the references' units, flagged outside the retrains' range "
+                               "(leave-one-reference-out prediction bound): above = not forgotten, below = "
+                               "over-forgotten. Read by the verdict; erased needs it within, the original outside"),
     ("k-NN", "cosine k-NN accuracy (%) of penultimate features against the training features (EC)"),
     ("FID_feat", "Fréchet distance of penultimate forget-set features to the retrained model's (PURGE; "
                  "audit.json also has the distance to the original's)"),
@@ -78,13 +88,15 @@ def audit_markdown(report: AuditReport) -> str:
         return "\n".join([f"# Unlearning audit: **{d['verdict']}**", "", "## Evidence", "",
                           *[f"- {e}" for e in d["evidence"]]]) + "\n"
     t = d["task"]
-    lines = [f"# Unlearning audit: **{d['verdict']}**", "",
+    lines = [f"# Unlearning audit: **{d.get('verdict_line') or d['verdict']}**", "",
              f"{t['dataset']}, forget {t['forget']['kind']} "
              f"{t['forget']['classes'] or t['forget']['random'] or t['forget']['indices_file']}; "
              f"{d['models']['retrained']['n']} retrained reference(s); CKA {d['cka']}.", "",
              f"The verdict rests on the **{d['rests_on']}** data: {d['rests_on_reason']}.", "",
              "## Evidence", ""]
     lines += [f"- {e}" for e in d["evidence"]]
+    if output_rows(d):
+        lines += ["", "## Output membership test", ""] + markdown_table(*output_rows(d))
     if d.get("n_forget_needed"):
         lines += ["", f"Roughly {d['n_forget_needed']} forget samples would be needed to decide."]
     for name, ad in d["audit_data"].items():
@@ -257,15 +269,16 @@ def audit_html(report: AuditReport) -> str:
         "td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}"
         "td:first-child,th:first-child{text-align:left}"
         ".verdict{font-size:26px;font-weight:bold}</style></head><body>",
-        f"<p class='verdict' style='color:{colour}'>Verdict: {html.escape(d['verdict'])}</p>",
+        f"<p class='verdict' style='color:{colour}'>Verdict: {html.escape(d.get('verdict_line') or d['verdict'])}</p>",
         f"<p>The verdict rests on the <b>{html.escape(d['rests_on'])}</b> data: "
         f"{html.escape(d['rests_on_reason'])}. CKA: {html.escape(d['cka'])}.</p>",
         "<h2>Evidence</h2><ul>" + "".join(f"<li>{html.escape(e)}</li>" for e in d["evidence"]) + "</ul>",
+        ("<h2>Output membership test</h2>" + html_table(*output_rows(d))) if output_rows(d) else "",
         f"<img alt='separability ratio per layer' src='data:image/png;base64,{figs['separability']}'>",
-        "<p>The separability ratio to retrain per layer, the statistic the verdict reads: the unlearned model with "
-        "its bootstrap interval on each audit data, the original (grey x) as positive control, and each layer's "
-        "tolerance band (1/t to t around retrain's 1). The verdict compares the intervals with the band: with its "
-        "upper edge for class forgetting, with both edges for sample-level forgetting.</p>",
+        "<p>The separability ratio to retrain per layer, a statistic the verdict reads: the unlearned model with "
+        "its 95 % interval on each audit data, the original (grey x) as positive control, and each layer's "
+        "tolerance band (1/t to t around retrain's 1). The verdict compares the intervals with both edges of the "
+        "band.</p>",
         f"<img alt='layer-wise delta AUROC' src='data:image/png;base64,{figs['delta_auroc']}'>",
         f"<img alt='CKA per layer' src='data:image/png;base64,{figs['cka']}'>",
     ]

@@ -26,20 +26,29 @@ def _ci(lo, hi, fmt="{:+.1f}") -> str:
 
 def layer_rows(d: dict) -> tuple[list[str], list[list[str]]]:
     """(header, rows): one row per layer of ``d["layers"]`` (an audit data entry of audit.json)."""
+    mmd = any(v.get("mmd_ratio") is not None or v.get("mmd_ratio_status") for v in d["layers"].values())
     header = ["layer", "ΔAUROC [CI]", "orig. ΔAUROC", "sep. ratio [CI]", "orig. sep. ratio", "LPR", "ΔLPR [CI]",
               "F", "CKA orig.", "CKA retr.", "tolerance"]
+    if mmd:
+        header += ["MMD² ratio [CI]", "orig. MMD² ratio", "MMD² tolerance"]
     rows = []
     for name, v in d["layers"].items():
         aci = v.get("delta_auroc_ci") or [None, None]
         ci = v.get("delta_lpr_ci") or [None, None]
         sci = v.get("separability_ratio_ci") or [None, None]
-        rows.append([
+        row = [
             name, _f(v.get("delta_auroc"), "{:+.1f}") + _ci(*aci), _f(v.get("delta_auroc_original"), "{:+.1f}"),
             _f(v["separability_ratio"]) + _ci(*sci, fmt="{:.2f}"), _f(v["separability_ratio_original"]),
             _f(v["lpr"], "{:.1f}"), _f(v["delta_lpr"], "{:+.1f}") + _ci(*ci),
             _f(v["separability"], "{:.3f}"), _f(v["cka_original"], "{:.3f}"), _f(v["cka_retrain"], "{:.3f}"),
             f"{_f(v['separability_margin'])}x",
-        ])
+        ]
+        if mmd:
+            status = v.get("mmd_ratio_status") or "ok"
+            mci = v.get("mmd_ratio_ci") or [None, None]
+            row += [(_f(v.get("mmd_ratio")) + _ci(*mci, fmt="{:.2f}")) if status == "ok" else status,
+                    _f(v.get("mmd_ratio_original")), f"{_f(v.get('mmd_margin'))}x"]
+        rows.append(row)
     return header, rows
 
 
@@ -56,6 +65,26 @@ def model_rows(d: dict) -> tuple[list[str], list[list[str]]]:
                      _f(o["mia_efficacy"], "{:.1f}"), _f(o["mia_auc"], "{:.3f}"),
                      _f(m["knn"].get("test_forget"), "{:.1f}"), _f(m["knn"].get("test_retain"), "{:.1f}"),
                      _f(m["fid_feat_to_retrain"], "{:.3g}"), _f(m["cosine_to_original"], "{:.3f}")])
+    return header, rows
+
+
+def output_rows(d: dict) -> tuple[list[str], list[list[str]]] | None:
+    """(header, rows) of the output membership test (``d["output_test"]``: one row per aggregate), or None
+    when it did not run."""
+    o = d.get("output_test")
+    if not o:
+        return None
+    header = ["aggregate", "unlearned", "retrains' range", "original", "decision"]
+    if o["status"] in ("too_few_references", "degenerate") or not o.get("mean_z"):
+        return header, [["-", "", "", "", f"{o['status']} ({o['num_references']} reference(s))"]]
+    rows = []
+    for key, label in (("mean_z", "mean z (T1)"), ("log_var_ratio", "log mean z² (T2)")):
+        a = o[key]
+        lo = "-inf" if a["lower"] is None else _f(a["lower"], "{:+.2f}")
+        rows.append([label, _f(a["value"], "{:+.2f}"), f"[{lo}, {_f(a['upper'], '{:+.2f}')}]",
+                     _f(a["original"], "{:+.2f}"), "flagged" if a["flagged"] else "within"])
+    rows.append(["test", "", "", "flagged" if o["control"] else "within (no power)",
+                 f"{o['decision']} ({o['num_examples']} forget examples, {o['num_references']} references)"])
     return header, rows
 
 

@@ -92,3 +92,16 @@ def test_summary_names_the_verdict_and_the_data(rep_suppressed):
     s = rep_suppressed.summary()
     assert s.startswith("verdict: suppressed (rests on the train data")
     assert "penultimate" in s
+
+
+def test_markdown_and_html_show_the_output_test_and_mmd_with_references(rep_erased5, rep_erased, tmp_path):
+    """With K >= 2 the audit files carry the MMD² columns and the output membership test's table; with one
+    reference the test's row says why it did not run."""
+    paths = write_audit(rep_erased5, tmp_path / "k5")
+    md, page = paths["md"].read_text(), paths["html"].read_text()
+    assert "MMD² ratio [CI]" in md and "## Output membership test" in md and "mean z (T1)" in md
+    assert "<h2>Output membership test</h2>" in page and "MMD² ratio [CI]" in page
+    d = json.loads(paths["json"].read_text())
+    assert d["verdict_line"] == rep_erased5.verdict_line and d["output_test"]["num_references"] == 5
+    one = write_audit(rep_erased, tmp_path / "k1")["md"].read_text()
+    assert "too_few_references (1 reference(s))" in one and "| MMD² ratio [CI] |" not in one
