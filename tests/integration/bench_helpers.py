@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 TINY = {"suite": "tiny",
-        "defaults": {"recipe": {"epochs": 2},
+        "defaults": {"recipe": {"epochs": 2}, "references": 1,
                      "audit_config": {"n_splits": 2, "bn_recalibration": False, "head_refit": False, "relearn": False}},
         "grids": [{"name": "class", "datasets": ["digits"], "tasks": [{"forget_classes": [3]}],
                    "methods": ["GA"], "seeds": [0, 1]}]}

@@ -18,7 +18,7 @@ def invoke(*args):
 
 def run_digits(out, cache, *extra, methods="finetune,GA"):
     return invoke("run", "--dataset", "digits", "--forget-classes", "3", "--methods", methods, "--epochs", "3",
-                  "--seed", "0", "--out", out, "--cache-dir", cache, "--no-progress", *extra)
+                  "--seed", "0", "--references", "1", "--out", out, "--cache-dir", cache, "--no-progress", *extra)
 
 
 def stable(results):
