@@ -79,8 +79,9 @@ def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: S
     """Audit ``unlearned`` against ``original`` and the retrained reference(s) on ``split``.
 
     ``retrained`` is one model or a list (retrained with different seeds: with two or more, each
-    layer's tolerance is derived from their spread, :mod:`unlearnkit.audit.tolerance`; one is enough
-    to certify ``erased`` only on a calibrated architecture). ``layers`` defaults to the model's audit
+    layer's tolerance is derived from their spread, :mod:`unlearnkit.audit.tolerance`, and the MMD²
+    comparison and the output membership test run; one reference can flag a model but never certify
+    ``erased``). ``layers`` defaults to the model's audit
     layers (stage outputs and ``penultimate``). ``outputs`` may pass precomputed
     ``{"original": ..., "unlearned": ..., "retrained": [...]}`` from
     :func:`unlearnkit.evaluation.model_outputs` (with every audit layer and the logits) to reuse a
