@@ -90,7 +90,7 @@ def value_options(cmd) -> dict[str, object]:
 
 def repeat_cases():
     cases = []
-    shapes = {"plain": "/plain", "ckpt": "c.pt", "suite": "s.yaml", "results": "r.json"}
+    shapes = {"plain": "/plain", "ckpt": "c.pt", "suite": "s.yaml", "results": "r.json", "requests": "q.yaml"}
     for name in sorted(set(COMMANDS) - {"list"}):
         options = value_options(COMMANDS[name])
         args = baseline(name, shapes, Path("/out"))
