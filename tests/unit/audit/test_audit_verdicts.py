@@ -120,7 +120,10 @@ def test_several_references_never_certify_the_masked_original(original, retrain0
                                                              report_cache):
     rep = cached_audit(report_cache, "multi-masked", original, masked_head(original), [retrain0, retrain1, retrain2],
                        audit_split, config=AuditConfig(**FAST))
-    assert rep.verdict in ("suppressed", "inconclusive"), rep.summary()
+    # which check catches it depends on the CPU's kernels (with K = 3 the layers' tolerance is wide): natively the
+    # layers (suppressed), under ATEN_CPU_CAPABILITY=avx2 the output test, its outputs far below retrain's
+    # (overforgotten); never erased
+    assert rep.verdict in ("suppressed", "overforgotten", "inconclusive"), rep.summary()
 
 
 def _without_spec(model):
