@@ -19,9 +19,11 @@ from .forgetting_quality import (
 from .knn import knn_accuracy
 from .lda import fewshot_recovery, head_relearn, heldout_auroc, mahalanobis_separability, unbiased_separability
 from .mia import entropy_mia, mia_auroc, mia_auroc_components, mia_features, svc_mia_efficacy
+from .output_test import output_test, output_test_from_logits
 from .probes import DeltaLPR, ProbeResult, linear_probe_recovery, paired_delta_lpr, sample_level_subsample
 from .separability import fisher_separability
 from .summary import gap, h_mean
+from .two_sample import mmd_two_sample
 
 METRIC_INFO: dict[str, str] = {
     "accuracy": "Top-1 accuracy in % (UA/RA/TA/FA family; SalUn, PURGE, Mirage conventions)",
@@ -36,6 +38,12 @@ METRIC_INFO: dict[str, str] = {
                                 "features (INFERRED, metrics/lda.py; reported)",
     "unbiased_separability": "Gaussian-unbiased Mahalanobis distance of forget vs retained features, with its "
                              "variance and leave-one-out values (Lachenbruch 1968; the audit's verdict statistic)",
+    "mmd_two_sample": "Unbiased kernel MMD² of forget vs retained features on whitened features, median bandwidth, "
+                      "with leave-one-out values (Gretton et al. 2012; whitening and jackknife INFERRED, "
+                      "metrics/two_sample.py; read by the verdict with K >= 2)",
+    "output_test": "Output membership test: per-example logit-scaled confidence against a Gaussian fitted to the "
+                   "retrained references, global variance (LiRA / U-LiRA, challenge transform; the aggregation and "
+                   "leave-one-reference-out bound INFERRED, metrics/output_test.py; read by the verdict)",
     "heldout_auroc": "AUROC of the LDA discriminant on held-out resplits (INFERRED, metrics/lda.py)",
     "fewshot_recovery": "a linear head re-fitted from a few forget shots, body frozen (INFERRED, metrics/lda.py)",
     "head_relearn": "SGD on a model's own head in whitened coordinates, body frozen (INFERRED, metrics/lda.py)",
@@ -65,6 +73,9 @@ __all__ = [
     "heldout_auroc",
     "mahalanobis_separability",
     "unbiased_separability",
+    "mmd_two_sample",
+    "output_test",
+    "output_test_from_logits",
     "METRIC_INFO",
     "DeltaLPR",
     "ProbeResult",
