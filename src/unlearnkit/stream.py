@@ -18,7 +18,8 @@ applies each request to the model the previous request left, with every method, 
   that merely generalises better than the retrain does not count as remembering. A set has
   **resurfaced** when its excess is above the margin ``100 / sqrt(n)`` points (two worst-case binomial
   standard errors of its ``n`` samples) although the model carried on right after its own request was
-  within that margin;
+  within that margin. A sample set is re-checked on its rows whose class is still kept: rows of a class
+  a later request deleted whole are that request's to check (:func:`_earlier_sets`);
 * with ``fallback="retrain"``, replaces the model by the retrain (the first reference) whenever the
   verdict is not ``erased``, and records that it fired.
 
@@ -393,8 +394,7 @@ class _StepWork:
         self.rows: dict = {}
         self.references: dict | None = None   # the original's and retrain's rows (computed or stored)
         self.retrain_time = float(refs.retrain.meta["train_time_s"])
-        self.earlier = [(s, sexp.bundle.train.subset(torch.from_numpy(s.forget)))
-                        for s in stream.steps[:step.number - 1]]
+        self.earlier = _earlier_sets(stream.steps[:step.number - 1], step, sexp.bundle.train)
         self._retrain_earlier: list[float] | None = None
 
     def summary(self) -> dict:
@@ -507,9 +507,25 @@ class _StepWork:
             acc = _accuracy(model, data, self.exp.device)
             excess, margin = self._excess(acc, ref, s, row), 100.0 / math.sqrt(len(data))
             then = self.stream.carried[name].excess.get(s.number, 0.0)
-            out.append({"step": s.number, "forget_acc": acc, "retrain_acc": ref, "excess": excess,
+            out.append({"step": s.number, "n": len(data), "forget_acc": acc, "retrain_acc": ref, "excess": excess,
                         "margin": margin, "resurfaced": bool(excess > margin and then <= margin)})
         return out
+
+
+def _earlier_sets(before: list[Step], step: Step, train) -> list[tuple[Step, object]]:
+    """The forget sets of the requests ``before`` ``step``, each as a subset of ``train``, to re-check at
+    ``step``. A sample set (random, indices) loses its rows of the classes deleted whole so far (this
+    step's included): those rows' accuracy falls with their class's deletion, in the retrain too, and is
+    that class request's to check; counted here, a class still recognised by the model would read as
+    the earlier samples resurfacing. A set left empty is not re-checked."""
+    gone = set(step.classes_before) | (set(step.request.classes) if step.request.kind == "classes" else set())
+    labels = train.y.numpy()
+    out = []
+    for s in before:
+        rows = s.forget if s.request.kind == "classes" else s.forget[~np.isin(labels[s.forget], sorted(gone))]
+        if rows.size:
+            out.append((s, train.subset(torch.from_numpy(rows))))
+    return out
 
 
 def payload_json(payload: dict) -> str:

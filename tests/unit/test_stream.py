@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from unlearnkit import ForgetSpec, UserError, make_split
 from unlearnkit.cli import app
-from unlearnkit.stream import Request, parse_requests, resolve, step_split
+from unlearnkit.stream import Request, _earlier_sets, parse_requests, resolve, step_split
 
 
 @pytest.mark.parametrize("data, message", [
@@ -88,6 +88,24 @@ def test_a_step_split_is_keyed_by_the_union_and_drops_earlier_classes_from_test(
     assert 7 not in split.test_retain.y.tolist() and len(split.test_forget) + len(split.test_retain) == len(split.test)
     sample = step_split(digits, steps[1])
     assert sample.spec.kind == "samples" and len(sample.test_forget) == 0
+
+
+def test_earlier_sample_sets_are_rechecked_without_the_classes_deleted_since(digits):
+    """A 5 % draw holds some class-7 rows; once class 7 is deleted, those rows are class 7's to check, not
+    the draw's: counted, a model that still knows class 7 would read as the draw resurfacing."""
+    steps = resolve([Request("classes", classes=(3,)), Request("random", random=0.2),
+                     Request("classes", classes=(7,)), Request("random", random=0.05)], digits, 0)
+    y = digits.train.y.numpy()
+    draw = steps[1].forget
+    assert (y[draw] == 7).any()  # the case the rule is for
+    at_step3 = dict((s.number, d) for s, d in _earlier_sets(steps[:2], steps[2], digits.train))
+    assert len(at_step3[1]) == steps[0].forget.size  # a class set is re-checked whole
+    assert sorted(at_step3[2].y.tolist()) == sorted(y[draw][y[draw] != 7].tolist())
+    at_step2 = dict((s.number, d) for s, d in _earlier_sets(steps[:1], steps[1], digits.train))
+    assert len(at_step2[1]) == steps[0].forget.size
+    only7 = resolve([Request("indices", indices=tuple(int(i) for i in np.flatnonzero(y == 7)[:3])),
+                     Request("classes", classes=(7,))], digits, 0)
+    assert _earlier_sets(only7[:1], only7[1], digits.train) == []  # nothing left to re-check
 
 
 def _invoke(args):

@@ -521,6 +521,8 @@ def decide(m: Measurements) -> Decision:
             d.evidence.append(f"(caution) {UNCALIBRATED}: a retrain of this architecture could differ by more")
         if rule is not blocked:
             d.evidence.extend(_reported_only(m))
+        if d.verdict not in ("collapsed", "not_forgotten"):
+            d.evidence.extend(_powerless(m))
         if m.utility.get("flagged") and d.verdict != "collapsed":
             u = m.utility
             d.evidence.append(f"utility: {u['loss']:.1f} points of {u['by'].replace('_acc', ' accuracy')} lost against "
@@ -589,11 +591,32 @@ def _reported_only(m: Measurements) -> list[str]:
             for r in m.resurfacing.values() if r.applicable and not r.in_verdict and r.resurfaced]
 
 
+def _powerless(m: Measurements) -> list[str]:
+    """A resurfacing check that decides but cannot flag this class: its margin (from the references'
+    spread) is at least what the forget accuracy could still rise above the references' level after the
+    same attack (100 − their accuracy), so no outcome exceeds it. Said, so that its silence is not read as
+    evidence."""
+    lines = []
+    for r in m.resurfacing.values():
+        if not (r.applicable and r.in_verdict and r.margin is not None and r.retrain_forget_acc_after is not None):
+            continue
+        room = 100.0 - r.retrain_forget_acc_after
+        if math.isfinite(r.margin) and r.margin >= room:
+            lines.append(f"(no power) {_CHECK_WHAT.get(r.name, r.name)}: its margin ({r.margin:.1f} points, from "
+                         f"the references' spread) is at least the {room:.1f} points the forget accuracy could rise "
+                         f"above the references' {r.retrain_forget_acc_after:.1f}%, so it cannot flag this "
+                         f"forget set; more references narrow it")
+    return lines
+
+
+_CHECK_WHAT = {"bn_recalibration": "re-estimating BatchNorm statistics on retained data",
+               "head_refit": "re-fitting the head on frozen features from a few forget examples",
+               "head_relearn": "a few SGD steps on the model's own head (body frozen, whitened features)",
+               "relearn": "a few SGD steps on a handful of forget examples"}
+
+
 def _resurface_line(r) -> str:
-    what = {"bn_recalibration": "re-estimating BatchNorm statistics on retained data",
-            "head_refit": "re-fitting the head on frozen features from a few forget examples",
-            "head_relearn": "a few SGD steps on the model's own head (body frozen, whitened features)",
-            "relearn": "a few SGD steps on a handful of forget examples"}.get(r.name, r.name)
+    what = _CHECK_WHAT.get(r.name, r.name)
     return (f"the forgotten data resurface after {what}: forget accuracy {r.forget_acc_before:.1f}% -> "
             f"{r.forget_acc_after:.1f}% (retrain under the same: {r.retrain_forget_acc_after:.1f}%, "
             f"margin {r.margin:g} points)")

@@ -123,6 +123,19 @@ def test_resurfacing_enters_only_through_checks_marked_in_verdict():
     assert d.verdict == "suppressed" and "re-fitting the head" in d.evidence[-1]
 
 
+def test_a_resurfacing_check_that_cannot_flag_says_so():
+    """Head relearning with a 129-point margin (a wide spread among the references, as on mnist5k class 6)
+    cannot exceed it whatever the model holds: the evidence says so rather than letting silence count."""
+    comps = [_cmp("penultimate", 0.0, -0.1, 0.1)]
+    wide = ResurfaceResult("head_relearn", True, "", 0.0, 40.0, 12.0, 28.0, False, margin=129.0)
+    d = decide(_m(comps, resurfacing={"head_relearn": wide}))
+    assert any(e.startswith("(no power)") and "129.0 points" in e and "88.0 points" in e for e in d.evidence), d
+    narrow = ResurfaceResult("head_relearn", True, "", 0.0, 40.0, 12.0, 28.0, False, margin=30.0)
+    assert not any("(no power)" in e for e in decide(_m(comps, resurfacing={"head_relearn": narrow})).evidence)
+    reported = ResurfaceResult("relearn", True, "", 0.0, 0.0, 0.0, 0.0, False, in_verdict=False, margin=129.0)
+    assert not any("(no power)" in e for e in decide(_m(comps, resurfacing={"relearn": reported})).evidence)
+
+
 def test_output_rules_come_first():
     low = dict(OUT, retain_acc=50.0)
     assert collapsed(_m([], out_u=low)).verdict == "collapsed"
