@@ -1,14 +1,16 @@
 """What does the representation audit cost, relative to the forward passes it needs?
 
-    python benchmarks/audit_cost.py [--dataset mnist5k] [--model small_cnn] [--jobs N] [--repeats 2]
+    python benchmarks/audit_cost.py [--dataset mnist5k] [--model small_cnn] [--references 5] [--jobs N]
+        [--repeats 2]
 
-Trains (or reuses, through the model cache) the original and a retrained reference (``--model``:
+Trains (or reuses, through the model cache) the original and ``--references`` K retrained references
+(seeds 0..K-1; 5 is ``unlearnkit run``'s default; ``--model``:
 small_cnn, or the ResNet-18 of width 16 / the MLP of ``benchmarks/audit_validation.py``) on
 mnist5k with class 3 forgotten; the "unlearned" model is the original with that class masked at
 its output (the cost does not depend on how the model was made). In one process, after a warm-up,
 it times:
 
-* bare forward passes: the three models over the data the audit reads (train forget, train retain,
+* bare forward passes: the K + 2 models over the data the audit reads (train forget, train retain,
   test), logits only: the denominator;
 * feature extraction: the same passes with every audit layer tapped (the audit's own forward part);
 * the full audit (default AuditConfig: 20 probe resplits on both audit data, bootstrap, CKA, k-NN,
@@ -67,6 +69,7 @@ def main() -> None:
     p.add_argument("--dataset", default="mnist5k")
     p.add_argument("--model", default="small_cnn", choices=sorted(MODELS))
     p.add_argument("--forget-class", type=int, default=3)
+    p.add_argument("--references", type=int, default=5, help="retrained references K (run's default: 5)")
     p.add_argument("--jobs", type=int, default=None, help="AuditConfig.n_jobs for the probe fits")
     p.add_argument("--repeats", type=int, default=2, help="best of N for every timing")
     p.add_argument("--solver", default="auto", choices=["auto", "scipy", "sklearn", "batched"], help="probe solver")
@@ -76,6 +79,8 @@ def main() -> None:
     p.add_argument("--default-malloc", action="store_true",
                    help="leave glibc's malloc as it is (the CLI calls tune_cpu_allocator; see docs/performance.md)")
     a = p.parse_args()
+    if a.references < 1:
+        p.error("--references must be at least 1")
     os.environ.setdefault("UNLEARNKIT_PROGRESS", "0")
     from unlearnkit.runtime import tune_cpu_allocator
 
@@ -92,10 +97,11 @@ def main() -> None:
     split = make_split(bundle, ForgetSpec(classes=(a.forget_class,)))
     name, kwargs = MODELS[a.model]
     recipe = default_recipe(bundle.name, name)
-    original, retrain = (reference_model(kind, split, name, recipe, seed=0, model_kwargs=kwargs, progress=False).model
-                         for kind in ("original", "retrain"))
+    original = reference_model("original", split, name, recipe, seed=0, model_kwargs=kwargs, progress=False).model
+    retrain = [reference_model("retrain", split, name, recipe, seed=s, model_kwargs=kwargs, progress=False).model
+               for s in range(a.references)]
     unlearned = _masked(original, (a.forget_class,))
-    models = (original, unlearned, retrain)
+    models = (original, unlearned, *retrain)
     layers = audit_layers(original)
 
     @torch.no_grad()
@@ -123,7 +129,8 @@ def main() -> None:
     rep = reports[-1]
 
     # inside a run: the references' numbers are cached; the new model needs one forward pass
-    outs = {"original": model_outputs(original, split, layers), "retrained": [model_outputs(retrain, split, layers)]}
+    outs = {"original": model_outputs(original, split, layers),
+            "retrained": [model_outputs(m, split, layers) for m in retrain]}
     run_cache = AuditCache()
     audit(original, original, retrain, split, config=cfg, cache=run_cache, outputs=outs)  # the run's first audit
 
@@ -142,7 +149,8 @@ def main() -> None:
         t_idi = _best(lambda: audit(original, unlearned, retrain, split,
                                     config=AuditConfig(n_jobs=a.jobs, probe_solver=a.solver, idi=True)), 1)
 
-    print(f"{bundle.name} / {a.model}, forget class {a.forget_class}: 3 models x {n_rows} rows "
+    print(f"{bundle.name} / {a.model}, forget class {a.forget_class}: {len(models)} models ({a.references} "
+          f"references) x {n_rows} rows "
           f"(train forget + train retain + test); torch threads {torch.get_num_threads()}, "
           f"CPUs {os.cpu_count()}, probe solver {a.solver}, probe threads {a.jobs or 'auto'}, "
           f"freed memory reused (tune_cpu_allocator): {tuned}; best of {a.repeats}")
@@ -154,7 +162,8 @@ def main() -> None:
     for name, t in rows:
         print(f"{name:48s} {t:8.2f} {t / t_bare:8.2f}")
     if t_idi is not None:
-        print(f"{'full audit + IDI (critics: 3 models x layers x 3)':48s} {t_idi:8.2f} {t_idi / t_bare:8.2f}")
+        idi = f"full audit + IDI (critics: {len(models)} models x layers x 3)"
+        print(f"{idi:48s} {t_idi:8.2f} {t_idi / t_bare:8.2f}")
     print(f"one more method inside a run (cached references): {t_inrun:.2f}s over its own bare forward pass "
           f"{t_bare1:.2f}s = {t_inrun / t_bare1:.2f}x")
     print(f"audit's own forward part: {rep.timing['forward_s']:.2f}s; verdict {rep.verdict} "
@@ -164,10 +173,11 @@ def main() -> None:
     t = rep.timing
     print("where the full audit's time goes (s): " + ", ".join(f"{k[:-2]} {v:.1f}" for k, v in t.items()))
     probed = [r for rs in rep.layers.values() for r in rs if r.probed]
-    n_fits = 3 * sum(r.lpr_splits for r in probed)
-    print(f"the rest is CPU work forward passes do not have: {n_fits} probe fits (3 models x the resplits of "
-          f"{len(probed)} layers x audit data, at most {3 * len(probed) * cfg.n_splits}), held-out LDA AUROC "
-          f"(whitenings: {3 * sum(r.auroc_splits for r in probed)}), separability (U, leave-one-out), "
+    n_fits = len(models) * sum(r.lpr_splits for r in probed)
+    print(f"the rest is CPU work forward passes do not have: {n_fits} probe fits ({len(models)} models x the "
+          f"resplits of {len(probed)} layers x audit data, at most {len(models) * len(probed) * cfg.n_splits}), "
+          f"held-out LDA AUROC (whitenings: {len(models) * sum(r.auroc_splits for r in probed)}), separability "
+          f"(U, leave-one-out), MMD², "
           f"CKA, k-NN, MIA, resurfacing")
     print("adaptive resplitting (resplits used per layer, ΔAUROC / ΔLPR): " + ", ".join(
         f"{d} {r.layer} {r.auroc_splits}/{r.lpr_splits}" for d, rs in rep.layers.items() for r in rs if r.probed))
