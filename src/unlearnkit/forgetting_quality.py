@@ -21,6 +21,18 @@ order), the retain accuracy (``train_retain``), the test accuracy (for class for
 test samples of the retained classes, ``test_retain``; for sample-level forgetting on the whole
 test set, which is what ``test_retain`` holds then) and the forget accuracy.
 
+The flipped-label task (``forget_flipped``, mislabeled data: :mod:`unlearnkit.data.splits`) is the
+split ``unlearnkit run --forget-flipped`` makes (the same split hash for the same data seed). Its
+confidences and forget accuracy read the labels the forget set was trained with, the flipped ones
+(``train_forget.y``), as ``run``'s forget accuracy and MIA do: the original memorised those labels and
+the retrained models never saw them, so that is where an unlearned model that still remembers them
+stands apart from retraining; the accuracy on the true labels is kept as ``forget_true_acc``.
+
+Each row also has a 95 % percentile bootstrap interval over forget examples (``forget_score_ci``,
+``final_score_ci``; :func:`unlearnkit.metrics.forgetting_quality.forget_score_interval`, 2000
+resamples of the per-example epsilons, seed 0), computed from the epsilons when the rows are scored,
+so records stored before it are scored with one too.
+
 Differences from the reference: it trains on CIFAR-10 with ResNet-18 and fixed unlearned/retrained
 checkpoints handed in; here any dataset/model/method of unlearnkit, with the project's training
 recipe and seeds as above. The unlearned models are not kept (only their records).
@@ -52,7 +64,7 @@ from .config import RunConfig
 from .errors import UserError
 from .methods import METHODS
 from .plotting import literal_text
-from .results import FORGETTING_QUALITY_SCHEMA
+from .results import FORGETTING_QUALITY_SCHEMA, describe_forget
 
 SCHEMA = FORGETTING_QUALITY_SCHEMA
 JOB_FORMAT = 1  # bump when a record's content changes, to recompute stored jobs
@@ -60,6 +72,7 @@ MIN_RUNS = 3
 REFERENCE = ("google-deepmind/unlearning_evaluation metric.py and main.py "
              "(NeurIPS 2023 machine unlearning challenge)")
 CONTROLS = ("retrain", "original")
+N_BOOT, BOOT_SEED, LEVEL = 2000, 0, 0.95  # the bootstrap interval over forget examples of every score
 
 
 class JobsFailedError(RuntimeError):
@@ -131,7 +144,9 @@ def _reference(kind: str, task: _Task, seed: int, cache_dir, device, progress: b
 
 
 def measure(model, split, device) -> dict:
-    """Confidences of the forget examples and the three accuracies (percent) of one model."""
+    """Confidences of the forget examples and the three accuracies (percent) of one model, all on the
+    labels the forget set was trained with (the flipped ones on the flipped-label task, module docstring),
+    and ``forget_true_acc`` on the true labels where they differ."""
     from .metrics import accuracy, logit_scaled_confidence
     from .models.features import LOGITS, extract
 
@@ -140,9 +155,12 @@ def measure(model, split, device) -> dict:
     confs = logit_scaled_confidence(logits["train_forget"], split.train_forget.y)
     if not np.isfinite(confs).all():
         raise ValueError("the model's logits on the forget set are not finite")
-    return {"confs": confs.tolist(), "forget_acc": accuracy(logits["train_forget"], split.train_forget.y),
-            "retain_acc": accuracy(logits["train_retain"], split.train_retain.y),
-            "test_acc": accuracy(logits["test_retain"], split.test_retain.y)}
+    out = {"confs": confs.tolist(), "forget_acc": accuracy(logits["train_forget"], split.train_forget.y),
+           "retain_acc": accuracy(logits["train_retain"], split.train_retain.y),
+           "test_acc": accuracy(logits["test_retain"], split.test_retain.y)}
+    if "true_label" in split.train_forget.aux:  # flipped labels: the accuracy on the true classes too
+        out["forget_true_acc"] = accuracy(logits["train_forget"], split.true_forget_labels)
+    return out
 
 
 def execute_job(job: Job, machine: Machine) -> dict:
@@ -255,6 +273,7 @@ def _stats(values: list[float]) -> dict:
 
 def _row(recs: list[dict], refs: list[dict], control: bool, note: str = "") -> dict:
     from .metrics import final_score, forget_score
+    from .metrics.forgetting_quality import forget_score_interval
 
     u = np.array([r["confs"] for r in recs])
     r = np.array([x["confs"] for x in refs])
@@ -263,7 +282,10 @@ def _row(recs: list[dict], refs: list[dict], control: bool, note: str = "") -> d
            **{k: _stats([x[k] for x in recs]) for k in ("retain_acc", "test_acc", "forget_acc")},
            "runtime_s": _stats([x["runtime_s"] for x in recs]),
            "wall_s": float(sum(x["wall_s"] for x in {x["job"]: x for x in recs}.values())),
-           "forget_score": None, "final_score": None, "max_epsilon": None, "epsilons": None, "error": None}
+           "forget_score": None, "final_score": None, "max_epsilon": None, "epsilons": None,
+           "forget_score_ci": None, "final_score_ci": None, "error": None}
+    if all("forget_true_acc" in x for x in recs):  # the flipped-label task
+        row["forget_true_acc"] = _stats([x["forget_true_acc"] for x in recs])
     if note:
         row["note"] = note
     try:
@@ -271,28 +293,31 @@ def _row(recs: list[dict], refs: list[dict], control: bool, note: str = "") -> d
     except ValueError as e:  # every threshold discarded for some example (see metrics.forgetting_quality)
         row["error"] = str(e)
         return row
-    def accs(rs: list[dict], k: str) -> list[float]:
-        return [x[k] for x in rs]
+    def final(score: float) -> float:
+        return final_score(score, [x["retain_acc"] for x in recs], [x["retain_acc"] for x in refs],
+                           [x["test_acc"] for x in recs], [x["test_acc"] for x in refs])
 
+    low, high = forget_score_interval(fs.epsilons, fs.num_models, n_boot=N_BOOT, seed=BOOT_SEED, level=LEVEL)
     row.update(forget_score=fs.score, max_epsilon=fs.max_epsilon, epsilons=fs.epsilons.tolist(),
-               final_score=final_score(fs.score, accs(recs, "retain_acc"), accs(refs, "retain_acc"),
-                                       accs(recs, "test_acc"), accs(refs, "test_acc")))
+               final_score=final(fs.score), forget_score_ci=[low, high], final_score_ci=[final(low), final(high)])
     return row
 
 
 def forgetting_quality(*, dataset: str, model: str = "small_cnn", forget_classes=None, forget_random=None,
-                       methods, runs: int = 32, runs_for: dict | None = None, seed: int = 0,
+                       forget_flipped=None, methods, runs: int = 32, runs_for: dict | None = None, seed: int = 0,
                        data_seed: int = 0, epochs: int | None = None, preset: str = "auto",
                        out="runs/forgetting_quality", cache_dir=None, data_dir="data", download: bool = False,
                        device: str = "auto", jobs: int = 1, executor: str = "local",
                        address: str | None = None, controls: bool = True, progress: bool = True) -> dict:
     """Score ``methods`` by the challenge's forgetting quality; writes and returns forgetting_quality.json.
 
-    ``forget_classes`` (a list or ``"3,8"``) or ``forget_random`` (a fraction in (0, 1) or a
-    count) say what to forget, as ``unlearnkit run``'s options. ``runs`` = N models each side
-    (at least 3), ``runs_for`` = ``{method: n}`` with 3 <= n <= N. Every value is checked before
-    any training (:class:`UserError`); failing jobs raise :class:`JobsFailedError` at the end,
-    after the others have finished and been stored.
+    ``forget_classes`` (a list or ``"3,8"``), ``forget_random`` (a fraction in (0, 1) or a count)
+    or ``forget_flipped`` (a fraction in (0, 0.5) of train trained with flipped labels; scored on those
+    labels, module docstring) say what to forget, exactly one, as ``unlearnkit run``'s options.
+    ``runs`` = N models each side (at least 3), ``runs_for`` = ``{method: n}`` with 3 <= n <= N. Every
+    value is checked before any training (:class:`UserError`); failing jobs raise
+    :class:`JobsFailedError` at the end, after the others have finished and been stored. Returns the
+    content of forgetting_quality.json (each method's row with ``forget_score_ci`` and ``final_score_ci``).
     """
     from rich.markup import escape
 
@@ -305,8 +330,8 @@ def forgetting_quality(*, dataset: str, model: str = "small_cnn", forget_classes
     # --- every user value, before any training or writing
     cfg, names, per_method, runs = _checked_config(
         dataset=dataset, model=model, forget_classes=forget_classes, forget_random=forget_random,
-        methods=methods, runs=runs, runs_for=runs_for, seed=seed, data_seed=data_seed, epochs=epochs,
-        preset=preset, out=out, cache_dir=cache_dir, data_dir=data_dir, download=download, device=device)
+        forget_flipped=forget_flipped, methods=methods, runs=runs, runs_for=runs_for, seed=seed, data_seed=data_seed,
+        epochs=epochs, preset=preset, out=out, cache_dir=cache_dir, data_dir=data_dir, download=download, device=device)
     validate.output_dir("--out", out)  # before any training: results that cannot be written are lost time
     check_cache_dir("--cache-dir", cache_dir)
     dev = resolve_device(device)
@@ -336,8 +361,8 @@ def forgetting_quality(*, dataset: str, model: str = "small_cnn", forget_classes
     return results
 
 
-def _checked_config(*, dataset, model, forget_classes, forget_random, methods, runs, runs_for, seed, data_seed,
-                    epochs, preset, out, cache_dir, data_dir, download,
+def _checked_config(*, dataset, model, forget_classes, forget_random, forget_flipped, methods, runs, runs_for, seed,
+                    data_seed, epochs, preset, out, cache_dir, data_dir, download,
                     device) -> tuple[RunConfig, list[str], dict, int]:
     """Every value of a call checked (:class:`UserError`): the run configuration, the canonical method
     names, runs per method, and N."""
@@ -354,12 +379,17 @@ def _checked_config(*, dataset, model, forget_classes, forget_random, methods, r
         forget_classes = parse_int_list(forget_classes, "--forget-classes")
     if forget_random is not None:
         forget_random = validate.forget_random("--forget-random", forget_random)
-    if not forget_classes and forget_random is None:
-        raise UserError("say what to forget: --forget-classes or --forget-random")
+    if forget_flipped is not None:
+        forget_flipped = validate.forget_flipped("--forget-flipped", forget_flipped)  # run's check
+    given = [o for o, v in (("--forget-classes", forget_classes or None), ("--forget-random", forget_random),
+                            ("--forget-flipped", forget_flipped)) if v is not None]
+    if len(given) != 1:
+        raise UserError("say what to forget with exactly one of --forget-classes, --forget-random, --forget-flipped"
+                        + (f", not {' and '.join(given)}" if given else ""))
     cfg = RunConfig(dataset=dataset, model=model, forget_classes=list(forget_classes or []),
-                    forget_random=forget_random, methods=names, seed=seed, data_seed=data_seed,
-                    recipe={"epochs": epochs} if epochs is not None else {}, preset=preset, audit=False,
-                    out=str(out), data_dir=str(data_dir), download=download, device=device,
+                    forget_random=forget_random, forget_flipped=forget_flipped, methods=names, seed=seed,
+                    data_seed=data_seed, recipe={"epochs": epochs} if epochs is not None else {}, preset=preset,
+                    audit=False, out=str(out), data_dir=str(data_dir), download=download, device=device,
                     cache_dir=str(cache_dir) if cache_dir else None)
     return cfg, names, per_method, runs
 
@@ -470,7 +500,8 @@ def _results(plan: _Plan, records: dict, todo: list[Job], original, *, given: di
     return validate.finite_or_none({
         "schema": SCHEMA,
         "config": {"dataset": given["dataset"], "model": cfg.model, "forget_classes": cfg.forget_classes,
-                   "forget_random": cfg.forget_random, "methods": plan.names, "runs": plan.runs,
+                   "forget_random": cfg.forget_random, "forget_flipped": cfg.forget_flipped,
+                   "methods": plan.names, "runs": plan.runs,
                    "runs_for": plan.per_method, "seed": plan.seed, "data_seed": cfg.data_seed,
                    "epochs": given["epochs"], "preset": given["preset"], "out": str(out),
                    "cache_dir": cfg.cache_dir, "data_dir": cfg.data_dir, "device": given["device"],
@@ -505,7 +536,10 @@ def label(name: str, row: dict) -> str:
 
 
 def table_rows(results: dict) -> tuple[list[str], list[list[str]]]:
-    header = ["method", "runs", "forget quality", "final score", "retain acc", "test acc", "forget acc"]
+    """The table's header and one row of cells per method; the final score with its 95 % bootstrap
+    interval over forget examples (``0.240 [0.221, 0.259]``; rows written before the interval get it
+    from their stored epsilons: :func:`row_intervals`)."""
+    header = ["method", "runs", "forget quality", "final score [95% CI]", "retain acc", "test acc", "forget acc"]
 
     def num(v, fmt="{:.4f}"):
         return "n/a" if v is None else fmt.format(v)
@@ -513,9 +547,27 @@ def table_rows(results: dict) -> tuple[list[str], list[list[str]]]:
     def acc(s):
         return f"{s['mean']:.2f} ± {s['std']:.2f}"
 
-    rows = [[label(n, r), str(r["runs"]), num(r["forget_score"]), num(r["final_score"]), acc(r["retain_acc"]),
+    def final(r):
+        ci = row_intervals(r)[1]
+        return num(r["final_score"], "{:.3f}") + ("" if ci is None else f" [{ci[0]:.3f}, {ci[1]:.3f}]")
+
+    rows = [[label(n, r), str(r["runs"]), num(r["forget_score"]), final(r), acc(r["retain_acc"]),
              acc(r["test_acc"]), acc(r["forget_acc"])] for n, r in results["methods"].items()]
     return header, rows
+
+
+def row_intervals(row: dict) -> tuple[list[float] | None, list[float] | None]:
+    """``(forget_score_ci, final_score_ci)`` of a stored row: its own, else (a row written before them)
+    the forget score's from its epsilons and the final score's by the same accuracy ratio as its point
+    value; None where the row has no score."""
+    from .metrics.forgetting_quality import forget_score_interval
+
+    if row.get("forget_score_ci") is not None or not row.get("epsilons") or row.get("final_score") is None:
+        return row.get("forget_score_ci"), row.get("final_score_ci")
+    low, high = forget_score_interval(row["epsilons"], row["runs"], n_boot=N_BOOT, seed=BOOT_SEED, level=LEVEL)
+    fs, final = row["forget_score"], row["final_score"]
+    ratio = final / fs if fs else None  # the accuracy ratios; unknown from a zero forget score
+    return [low, high], None if ratio is None else [low * ratio, high * ratio]
 
 
 def results_markdown(results: dict) -> str:
@@ -543,6 +595,8 @@ def results_markdown(results: dict) -> str:
 
 
 def _describe(f: dict) -> str:
+    if f.get("flipped") is not None:
+        return describe_forget(f)
     if f["kind"] == "classes":
         return f"classes {','.join(map(str, f['classes']))}"
     return f"random {f['random']:g}"

@@ -37,6 +37,9 @@ def forgetting_quality_command(
     model: str = typer.Option("small_cnn", help="model name (unlearnkit list models)"),
     forget_classes: Optional[str] = typer.Option(None, help="classes to forget, e.g. 3 or 3,8"),
     forget_random: Optional[float] = typer.Option(None, help="random forget set: fraction (0,1) or count"),
+    forget_flipped: Optional[float] = typer.Option(None, help="mislabeled data: a random fraction in (0, 0.5) of "
+                                                   "train gets another class's label (the split run "
+                                                   "--forget-flipped makes); scored on those labels"),
     methods: str = typer.Option(..., help="comma-separated method names, e.g. finetune,salun"),
     runs: int = typer.Option(32, help="models on each side (unlearned runs per method, retrained models); "
                                       ">= 3"),
@@ -69,9 +72,9 @@ def forgetting_quality_command(
     try:
         results = forgetting_quality(
             dataset=dataset, model=model, forget_classes=forget_classes, forget_random=forget_random,
-            methods=methods, runs=runs, runs_for=parse_runs_for(runs_for), seed=seed, data_seed=data_seed,
-            epochs=epochs, preset=preset, out=out, cache_dir=cache_dir, data_dir=data_dir, download=download,
-            device=device, jobs=jobs, executor=executor, address=address, controls=controls,
+            forget_flipped=forget_flipped, methods=methods, runs=runs, runs_for=parse_runs_for(runs_for), seed=seed,
+            data_seed=data_seed, epochs=epochs, preset=preset, out=out, cache_dir=cache_dir, data_dir=data_dir,
+            download=download, device=device, jobs=jobs, executor=executor, address=address, controls=controls,
             progress=progress)
     except JobsFailedError as e:
         typer.echo(f"error: {e}", err=True)

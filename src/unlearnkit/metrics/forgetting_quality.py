@@ -240,13 +240,52 @@ def forget_score(unlearned_confs: Any, retrained_confs: Any, delta: float = DELT
     u, _ = _confs_pair(unlearned_confs, retrained_confs)
     eps = per_example_epsilons(unlearned_confs, retrained_confs, delta)
     max_epsilon, buckets = score_buckets(u.shape[0])
-    total = 0.0
-    for e in eps:
-        for start, points in buckets:
-            if e < start + BUCKET_SIZE:
-                total += points
-                break
-    return ForgetScore(total / len(eps) if len(eps) else math.nan, eps, max_epsilon, buckets, u.shape[0])
+    points = example_points(eps, u.shape[0])
+    return ForgetScore(float(points.sum()) / len(eps) if len(eps) else math.nan, eps, max_epsilon, buckets, u.shape[0])
+
+
+def example_points(epsilons: Any, num_models: int) -> np.ndarray:
+    """Each forget example's points, float64: those of the first bucket of :func:`score_buckets`
+    (``num_models`` models each side) with ``eps < start + 0.5``, 0 past the last bucket. The forget
+    score is their mean."""
+    eps = as_float64(epsilons, "epsilons", ndim=1)
+    _, buckets = score_buckets(num_models)
+    out = np.zeros(eps.shape[0])
+    left = np.ones(eps.shape[0], dtype=bool)
+    for start, points in buckets:
+        hit = left & (eps < start + BUCKET_SIZE)
+        out[hit] = points
+        left &= ~hit
+    return out
+
+
+def forget_score_interval(epsilons: Any, num_models: int, n_boot: int = 2000, seed: int = 0,
+                          level: float = 0.95) -> tuple[float, float]:
+    """A percentile bootstrap interval over forget examples of the forget score: ``(low, high)``.
+
+    The per-example epsilons are resampled with replacement ``n_boot`` times (numpy generator of
+    ``seed``: the same interval for the same epsilons), each resample scored as :func:`forget_score`
+    scores (:func:`example_points`, ``num_models`` models each side), and the ``(1 - level) / 2`` and
+    ``(1 + level) / 2`` percentiles of those scores returned. Drawing a resample's count of each
+    distinct points value from a multinomial is the same distribution as drawing its examples, and
+    costs ``n_boot`` x (number of buckets) instead of ``n_boot`` x (number of examples).
+    It counts the variation from which examples make up the forget set, not that from which models
+    were trained (the epsilons are taken as fixed). Equal epsilons give the point score at both ends.
+    The utility-adjusted score's interval is :func:`final_score` of each end (a positive factor moves
+    every draw alike, so its percentiles are the scaled ones).
+    """
+    if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
+        raise ValueError(f"n_boot must be a whole number >= 1, not {n_boot!r}")
+    if not (isinstance(level, (int, float)) and 0 < level < 1):
+        raise ValueError(f"level must be in (0, 1), not {level!r}")
+    points = example_points(epsilons, num_models)
+    if points.size == 0:
+        raise ValueError("epsilons is empty: no forget example to resample")
+    values, counts = np.unique(points, return_counts=True)
+    rng = np.random.default_rng(seed)
+    draws = rng.multinomial(points.size, counts / points.size, size=int(n_boot)) @ values / points.size
+    low, high = np.percentile(draws, [50 * (1 - level), 50 * (1 + level)])
+    return float(low), float(high)
 
 
 def final_score(forget_score: float, unlearned_retain_accs: float | Sequence[float],
