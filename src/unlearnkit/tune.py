@@ -123,9 +123,11 @@ def trial_score(task: Task, method_name: str, preset: str, params: dict, report=
 
 
 def forget_text(cfg: RunConfig) -> str:
-    """The forget set in words: ``classes 3``, ``random 0.1``, ``indices FILE``."""
+    """The forget set in words: ``classes 3``, ``random 0.1``, ``flipped 0.05``, ``indices FILE``."""
     if cfg.forget_classes:
         return f"classes {','.join(map(str, cfg.forget_classes))}"
+    if cfg.forget_flipped is not None:
+        return f"flipped {cfg.forget_flipped}"
     return f"random {cfg.forget_random}" if cfg.forget_random is not None else f"indices {cfg.forget_indices}"
 
 

@@ -60,6 +60,9 @@ def audit_command(
     forget_random: Optional[float] = typer.Option(None, help="random forget set: fraction (0,1) or count "
                                                              "(drawn with --data-seed, as when it was made)"),
     forget_indices: Optional[Path] = typer.Option(None, help="file of forgotten training indices"),
+    forget_flipped: Optional[float] = typer.Option(None, help="mislabeled data: the fraction in (0, 0.5) of train "
+                                                   "whose labels were flipped (drawn with --data-seed, as run "
+                                                   "draws it), then forgotten"),
     model: Optional[str] = typer.Option(None, help="architecture of plain state_dict checkpoints, e.g. "
                                                    "torchvision:resnet18 (unlearnkit checkpoints know it)"),
     out: Path = typer.Option(Path("audit"), help="folder for audit.json, audit.md and audit.html"),
@@ -89,7 +92,7 @@ def audit_command(
     from ..audit import AuditConfig
 
     files = {"forget": forget_data, "retain": retain_data, "test": test_data}
-    spec = _forget_spec(files, forget_classes, forget_random, forget_indices)
+    spec = _forget_spec(files, forget_classes, forget_random, forget_indices, forget_flipped)
     layer_list = parse_layers(layers)
     _check_files(original, unlearned, retrained, out)
     config = AuditConfig(center=center, confidence=confidence, n_splits=n_splits, audit_data=audit_data,
@@ -100,7 +103,7 @@ def audit_command(
                   device=device, out=out)
 
 
-def _forget_spec(files: dict, forget_classes, forget_random, forget_indices):
+def _forget_spec(files: dict, forget_classes, forget_random, forget_indices, forget_flipped=None):
     """The forget specification of the options, each user file checked; None when the user gave all three
     data parts as files (the forget set is --forget-data: a forget option then is refused)."""
     from ..data.splits import ForgetSpec
@@ -110,12 +113,13 @@ def _forget_spec(files: dict, forget_classes, forget_random, forget_indices):
             validate.input_file(f"--{role}-data", path)
     if all(p is not None for p in files.values()):
         given = [o for o, v in (("--forget-classes", forget_classes), ("--forget-random", forget_random),
-                                ("--forget-indices", forget_indices)) if v is not None]
+                                ("--forget-indices", forget_indices), ("--forget-flipped", forget_flipped))
+                 if v is not None]
         if given:
             raise UserError(f"{given[0]} is not needed with --forget-data, --retain-data and --test-data all given "
                             f"(the forget set is --forget-data): drop it")
         return None
-    return ForgetSpec.from_options(forget_classes, forget_random, forget_indices)
+    return ForgetSpec.from_options(forget_classes, forget_random, forget_indices, forget_flipped)
 
 
 def _audit(paths: list[Path], spec, data: dict, *, model, layers, config, device, out: Path):

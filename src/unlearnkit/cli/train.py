@@ -26,6 +26,9 @@ def train_command(
     forget_classes: Optional[str] = typer.Option(None, help="classes to forget, e.g. 3 or 3,8"),
     forget_random: Optional[float] = typer.Option(None, help="random forget set: fraction (0,1) or count"),
     forget_indices: Optional[Path] = typer.Option(None, help="file of training indices to forget"),
+    forget_flipped: Optional[float] = typer.Option(None, help="mislabeled data: a random fraction in (0, 0.5) of "
+                                                   "train gets another class's label (as run draws it); the "
+                                                   "original trains on those labels, --retrain without them"),
     epochs: Optional[int] = typer.Option(None, help="override the recipe's epochs"),
     lr: Optional[float] = typer.Option(None, help="override the recipe's learning rate"),
     data_dir: Path = typer.Option(Path("data"), help="where torchvision datasets live"),
@@ -48,10 +51,12 @@ def train_command(
     from ..runtime import Runtime
     from ..training import check_cache_dir
 
-    given = (forget_classes, forget_random, forget_indices)
+    given = (forget_classes, forget_random, forget_indices, forget_flipped)
     if retrain and all(v is None for v in given):
-        raise UserError("--retrain needs the forget set: --forget-classes, --forget-random or --forget-indices")
-    # the original ignores the forget set: without one, class 0 stands in
+        raise UserError("--retrain needs the forget set: --forget-classes, --forget-random, --forget-indices or "
+                        "--forget-flipped")
+    # the original ignores the forget set (except --forget-flipped: it trains on the flipped labels); without
+    # one, class 0 stands in
     spec = ForgetSpec.from_options(*given) if any(v is not None for v in given) else ForgetSpec(classes=(0,))
     if lr is not None:
         validate.learning_rate("--lr", lr)

@@ -19,6 +19,9 @@ def tune_command(
     model: str = typer.Option("small_cnn", help="model name (unlearnkit list models)"),
     forget_classes: Optional[str] = typer.Option(None, help="classes to forget, e.g. 3 or 3,8"),
     forget_random: Optional[float] = typer.Option(None, help="random forget set: fraction (0,1) or count"),
+    forget_flipped: Optional[float] = typer.Option(None, help="mislabeled data: a random fraction in (0, 0.5) of "
+                                                   "train gets another class's label (as run draws it), then "
+                                                   "is forgotten"),
     method: str = typer.Option(..., help="the method to tune (one that declares a SEARCH_SPACE, e.g. ssd)"),
     trials: int = typer.Option(30, min=1, help="trials in all (a rerun continues the same study up to this)"),
     preset: str = typer.Option("reference", help="the preset the searched values apply over: reference | small"),
@@ -38,7 +41,7 @@ def tune_command(
     from ..runtime import resolve_device
     from ..tune import check_method, check_store
 
-    spec = ForgetSpec.from_options(forget_classes, forget_random, None)
+    spec = ForgetSpec.from_options(forget_classes, forget_random, None, forget_flipped)
     name = check_method(method)
     validate.choice("--preset", preset, ("reference", "small"))
     out = validate.output_file("--out", out)
@@ -46,7 +49,8 @@ def tune_command(
         raise UserError(f"--out must name a .yaml file (run and bench read preset files by that suffix), not {out}")
     db = check_store(validate.output_file("--db", db))  # a file that is not a SQLite database: refused now
     cfg = RunConfig(dataset=dataset, model=model, forget_classes=list(spec.classes), forget_random=spec.random,
-                    methods=[name], preset=preset, seed=seed, data_seed=data_seed, out=str(out.parent),
+                    forget_flipped=spec.flipped, methods=[name], preset=preset, seed=seed, data_seed=data_seed,
+                    out=str(out.parent),
                     data_dir=str(data_dir), device=device, cache_dir=str(cache_dir) if cache_dir else None,
                     audit=False)
     resolve_device(device)

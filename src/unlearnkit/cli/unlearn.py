@@ -115,6 +115,8 @@ def unlearn_command(
     forget_random: Optional[float] = typer.Option(None, help="random forget set: fraction (0,1) or count "
                                                              "(drawn with --data-seed)"),
     forget_indices: Optional[Path] = typer.Option(None, help="file of training indices to forget"),
+    forget_flipped: Optional[float] = typer.Option(None, help="mislabeled data: the fraction in (0, 0.5) of "
+                                                   "train run --forget-flipped flipped (with --data-seed)"),
     method: str = typer.Option(..., help="one unlearning method, e.g. finetune, GA, ec+cola "
                                          "(unlearnkit list methods)"),
     param: Optional[List[str]] = typer.Option(None, "--param", help="hyperparameter override key=value "
@@ -144,17 +146,16 @@ def unlearn_command(
     from ..runtime import resolve_device
 
     # every value, before any work
-    spec = ForgetSpec.from_options(forget_classes, forget_random, forget_indices)
+    spec = ForgetSpec.from_options(forget_classes, forget_random, forget_indices, forget_flipped)
     validate.choice("--preset", preset, PRESETS)
     checkpoint, out = _check_files(checkpoint, out)
-    if not dataset.startswith("imagefolder:"):
-        DATASETS.canonical(dataset)  # unknown name: did-you-mean, before any data is read
+    # an unknown name: did-you-mean, before any data is read
+    ds_name = DATASETS.canonical(dataset) if not dataset.startswith("imagefolder:") else dataset
     if download:
         validate.output_dir("--data-dir", data_dir)
     model_name = _model_name(model)
     name = _method_name(method)
     params = parse_params(param)
-    ds_name = DATASETS.canonical(dataset) if not dataset.startswith("imagefolder:") else dataset
     _construct(name, preset_for(ds_name, model_name or "") if preset == "auto" else preset, ds_name, params)
     req = _Request(checkpoint=checkpoint, out=out, dataset=dataset, spec=spec, method=name, params=params,
                    preset=preset, model=model_name, seed=seed, data_seed=data_seed, data_dir=data_dir,

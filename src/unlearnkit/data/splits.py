@@ -58,14 +58,17 @@ class ForgetSpec:
             raise UserError(f"task {self.task} forgets exactly one fine class: give one --forget-classes")
 
     @classmethod
-    def from_options(cls, classes=None, random=None, indices_file=None) -> "ForgetSpec":
+    def from_options(cls, classes=None, random=None, indices_file=None, flipped=None) -> "ForgetSpec":
         """The forget set a user gave as options (``--forget-classes "3,8"``, ``--forget-random 0.1``,
-        ``--forget-indices file``), each checked (:mod:`unlearnkit.validate`), exactly one given."""
+        ``--forget-indices file``, ``--forget-flipped 0.05``), each checked (:mod:`unlearnkit.validate`, the
+        checks ``run`` applies), exactly one given. Returns the ForgetSpec."""
         from .. import validate
 
-        if sum(v is not None for v in (classes, random, indices_file)) != 1:
+        if sum(v is not None for v in (classes, random, indices_file, flipped)) != 1:
             raise UserError("say what to forget with exactly one of --forget-classes, --forget-random, "
-                            "--forget-indices")
+                            "--forget-indices, --forget-flipped")
+        if flipped is not None:
+            return cls(flipped=validate.forget_flipped("--forget-flipped", flipped))
         if classes is not None:
             parsed = validate.int_list("--forget-classes", classes)
             if not parsed:
