@@ -156,3 +156,17 @@ def test_the_flipped_task_is_runs_split_and_scores_the_flipped_labels(digits):
     assert m["confs"] == pytest.approx(logit_scaled_confidence(logits, split.train_forget.y).tolist())
     assert m["confs"] != pytest.approx(logit_scaled_confidence(logits, split.true_forget_labels).tolist())
     assert "forget_true_acc" in m and 0 <= m["forget_true_acc"] <= 100
+
+
+def test_the_markdown_names_the_flipped_task_and_shows_the_interval():
+    acc = {"mean": 90.0, "std": 1.0}
+    row = {"control": False, "runs": 3, "retain_acc": acc, "test_acc": acc, "forget_acc": acc, "forget_score": 0.25,
+           "final_score": 0.24, "forget_score_ci": [0.2, 0.3], "final_score_ci": [0.221, 0.259], "epsilons": [0.1],
+           "max_epsilon": 1.0, "error": None}
+    forget = ForgetSpec(flipped=0.05).to_dict()
+    results = {"task": {"dataset": "digits", "model": "small_cnn", "forget": forget, "n_train_forget": 72,
+                        "split_hash": "abc", "test_set": "the whole test set"},
+               "config": {"runs": 3}, "methods": {"finetune": row}}
+    md = fqm.results_markdown(results)
+    assert md.startswith("# Forgetting quality: digits / small_cnn, forget flipped 0.05 (mislabeled training")
+    assert "| finetune | 3 | 0.2500 | 0.240 [0.221, 0.259] |" in md
