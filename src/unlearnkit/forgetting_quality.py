@@ -73,6 +73,8 @@ REFERENCE = ("google-deepmind/unlearning_evaluation metric.py and main.py "
              "(NeurIPS 2023 machine unlearning challenge)")
 CONTROLS = ("retrain", "original")
 N_BOOT, BOOT_SEED, LEVEL = 2000, 0, 0.95  # the bootstrap interval over forget examples of every score
+FLIPPED_NOTE = ("; confidences and forget acc on the flipped labels the original trained on (forget_true_acc in "
+                "the JSON: on the true ones)")
 
 
 class JobsFailedError(RuntimeError):
@@ -519,7 +521,8 @@ def _results(plan: _Plan, records: dict, todo: list[Job], original, *, given: di
                  "forget_indices": [int(i) for i in split.forget_indices],
                  "test_set": "test samples of the retained classes" if split.spec.kind == "classes"
                  else "the whole test set",
-                 "confidence": "logit-scaled: log p_y - log(1 - p_y), float64"},
+                 "confidence": "logit-scaled: log p_y - log(1 - p_y), float64"
+                 + (FLIPPED_NOTE if split.spec.kind == "flipped" else "")},
         "retrained": {"runs": plan.runs, "seeds": [x["seed"] for x in refs],
                       "cached": sum(bool(x.get("cached")) for x in refs),
                       **{k: _stats([x[k] for x in refs]) for k in ("retain_acc", "test_acc", "forget_acc")}},
@@ -587,7 +590,9 @@ def results_markdown(results: dict) -> str:
              f"ceil(log(N - 1)) = {end} and 0 beyond; 1 = indistinguishable from retraining. Final score = "
              f"forget quality x mean retain acc / retrained's x mean test acc / retrained's. "
              f"{t['n_train_forget']} forget examples, split {t['split_hash']}; accuracies in % (mean ± std "
-             f"over runs), test acc on {t['test_set']}.", "",
+             f"over runs), test acc on {t['test_set']}{FLIPPED_NOTE if t['forget'].get('flipped') else ''}. "
+             f"Final score's interval: 95 % percentile bootstrap over forget examples ({N_BOOT} resamples of "
+             f"the per-example eps), the models held fixed.", "",
              *markdown_table(header, rows)]
     if notes:
         lines += ["", *notes]
