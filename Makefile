@@ -1,4 +1,5 @@
-# Targets: demo, test (full offline suite, CI's), test-fast (unit + methods, < 2 min), test-docs (every block
+# Targets: demo, test (the offline suite, CI's), test-distributed (torchrun and Ray: processes and a local cluster,
+# 2 min), test-fast (unit + methods, < 2 min), test-docs (every block
 # of README.md and docs/ run at tiny size), browser (chromium for the
 # real-browser test), docs (docs/methods.md), leaderboard (docs/leaderboard.md from results/), lint, install, bench,
 # clean-runs. All but browser create .venv when missing.
@@ -13,7 +14,7 @@ PYTEST_ARGS ?=
 FAST_MARKS  := not slow and not torchrun and not ray and not browser and not heavy
 BROWSERS    := chromium chromium-browser google-chrome
 
-.PHONY: demo test test-fast test-docs browser docs leaderboard lint install clean-runs bench
+.PHONY: demo test test-distributed test-fast test-docs browser docs leaderboard lint install clean-runs bench
 
 # The virtual environment takes about 6.2 GiB (torch, triton and the CUDA libraries are 5.2 GiB of it): check the
 # disk before creating it, so a full disk ends in one line rather than in pip's OSError halfway through.
@@ -53,6 +54,9 @@ demo: $(STAMP)
 # browser: without one the real-browser test skips and says `make browser`.
 test: $(DEV_STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+test-distributed: $(DEV_STAMP)
+	$(BIN)/python -m pytest -q -m "(torchrun or ray) and not slow" $(PYTEST_ARGS)
 
 test-fast: $(DEV_STAMP)
 	$(BIN)/python -m pytest -q tests/unit tests/methods -m "$(FAST_MARKS)" $(PYTEST_ARGS)
