@@ -274,8 +274,7 @@ def _stats(values: list[float]) -> dict:
 
 
 def _row(recs: list[dict], refs: list[dict], control: bool, note: str = "") -> dict:
-    from .metrics import final_score, forget_score
-    from .metrics.forgetting_quality import forget_score_interval
+    from .metrics import final_score, forget_score, forget_score_interval
 
     u = np.array([r["confs"] for r in recs])
     r = np.array([x["confs"] for x in refs])

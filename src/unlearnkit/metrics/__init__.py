@@ -13,6 +13,7 @@ from .forgetting_quality import (
     ForgetScore,
     final_score,
     forget_score,
+    forget_score_interval,
     logit_scaled_confidence,
     per_example_epsilons,
 )
@@ -60,12 +61,16 @@ METRIC_INFO: dict[str, str] = {
     "forget_score": "Challenge forgetting quality in [0,1]: mean over D_f of 2^-k, k = eps's 0.5-bucket "
                     "up to ceil(log(N-1)) (metric.py)",
     "final_score": "Forget score x mean RA_u/RA_r x mean TA_u/TA_r (NeurIPS'23 challenge main.py)",
+    "forget_score_interval": "95 % percentile bootstrap interval of the forget score over forget examples, "
+                             "epsilons held fixed (INFERRED: the challenge reports no interval; "
+                             "metrics/forgetting_quality.py)",
 }
 
 __all__ = [
     "ForgetScore",
     "final_score",
     "forget_score",
+    "forget_score_interval",
     "logit_scaled_confidence",
     "per_example_epsilons",
     "fewshot_recovery",

@@ -272,7 +272,8 @@ def forget_score_interval(epsilons: Any, num_models: int, n_boot: int = 2000, se
     It counts the variation from which examples make up the forget set, not that from which models
     were trained (the epsilons are taken as fixed). Equal epsilons give the point score at both ends.
     The utility-adjusted score's interval is :func:`final_score` of each end (a positive factor moves
-    every draw alike, so its percentiles are the scaled ones).
+    every draw alike, so its percentiles are the scaled ones). INFERRED: the challenge's metric.py reports
+    the score without an interval; this one is the project's.
     """
     if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
         raise ValueError(f"n_boot must be a whole number >= 1, not {n_boot!r}")
