@@ -176,7 +176,8 @@ def head_relearn(retain: Tensor, shots: Tensor, shots_y: Tensor, queries: Tensor
     behind a suppressed bias relearns it in a few steps; a retrained head never learnt it."""
     xr = retain.to(torch.float64)
     mean, m = whiten(xr, rel_tol)
-    w, b = weight.detach().to(torch.float64), bias.detach().to(torch.float64)
+    # the head lives on the model's device (a GPU), the features on the CPU: the attack runs where they are
+    w, b = weight.detach().to(xr.device, torch.float64), bias.detach().to(xr.device, torch.float64)
     v = (w @ torch.linalg.pinv(m).T).clone().requires_grad_(True)
     c = (w @ mean + b).clone().requires_grad_(True)
     x = (shots.to(torch.float64) - mean) @ m
