@@ -51,18 +51,20 @@ def clopper_pearson(k: int, n: int, level: float = 0.95) -> list[float]:
     return [lo, hi]
 
 
-def class_stats(bundle, cls: int, seeds: int, cfg: AuditConfig) -> dict:
+def class_stats(bundle, cls: int, seeds: int, cfg: AuditConfig, device: str = "cpu",
+                cache_dir: str | None = None) -> dict:
     """Per layer, the separability of the original and of each retrain on the training split's rows."""
     split = make_split(bundle, ForgetSpec(classes=(cls,)))
     recipe = default_recipe(bundle.name, "small_cnn")
     data = train_data(split, cfg)
-    models = {"original": reference_model("original", split, "small_cnn", recipe, seed=0, progress=False).model}
+    kw = {"device": device, "cache_dir": cache_dir, "progress": False}
+    models = {"original": reference_model("original", split, "small_cnn", recipe, seed=0, **kw).model}
     for s in range(seeds):
-        models[f"retrain{s}"] = reference_model("retrain", split, "small_cnn", recipe, seed=s, progress=False).model
+        models[f"retrain{s}"] = reference_model("retrain", split, "small_cnn", recipe, seed=s, **kw).model
     layers = list(audit_layers(models["original"]))
     out = {}
     for name, m in models.items():
-        outs = model_outputs(m.eval(), split, layers)
+        outs = model_outputs(m.eval(), split, layers, device=device)  # features come back on the CPU
         out[name] = {layer: unbiased_separability(data.features(outs, layer), data.is_forget) for layer in layers}
     return {"layers": layers, "sep": out, "is_forget": data.is_forget}
 
@@ -99,6 +101,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--classes", default="3,6,8", help="calibration classes")
     p.add_argument("--holdout", default="1,5,7", help="held-out classes (disjoint from --classes)")
     p.add_argument("--seeds", type=int, default=6, help="retrains per class (seeds 0..N-1)")
+    p.add_argument("--device", default="cpu", help="where the models train and run (cpu, cuda)")
+    p.add_argument("--cache-dir", default=None, help="model cache (default ~/.cache/unlearnkit/models)")
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     t0 = time.perf_counter()
@@ -108,14 +112,15 @@ def main(argv: list[str] | None = None) -> None:
     bundle, cfg = load_dataset(a.dataset), AuditConfig()
     rows = {}
     for cls in cal + hold:
-        rows[cls] = pairs(class_stats(bundle, cls, a.seeds, cfg), a.seeds)
+        rows[cls] = pairs(class_stats(bundle, cls, a.seeds, cfg, a.device, a.cache_dir), a.seeds)
         print(f"class {cls}: {time.perf_counter() - t0:.0f}s", flush=True)
     ok = [r for c in cal for r in rows[c] if r["kind"] == "retrain" and r["status"] == "ok"]
     # the tolerance: every calibration pair's whole interval inside [1/t, t]
     t = math.exp(max(max(abs(math.log(r["low"])) if r["low"] > 0 else math.inf, abs(math.log(r["high"])))
                      for r in ok))
     report = {"dataset": a.dataset, "model": "small_cnn", "calibration_classes": cal, "holdout_classes": hold,
-              "seeds": a.seeds, "tolerance": t, "calibration_pairs": len(ok),
+              "seeds": a.seeds, "device": a.device, "torch": torch.__version__, "tolerance": t,
+              "calibration_pairs": len(ok),
               "calibration_undefined": sum(1 for c in cal for r in rows[c] if r["status"] != "ok"),
               "rows": {str(c): rows[c] for c in rows}}
     for c in cal:
