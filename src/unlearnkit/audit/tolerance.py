@@ -41,8 +41,8 @@ from .config import BUDGET, AuditConfig
 
 #: Architectures whose one-reference tolerance (2.2x) was calibrated, and on what.
 CALIBRATED = {
-    "small_cnn": "small_cnn on digits (audit/config.py CALIBRATION; held-out classes there; validation in "
-                 "docs/audit.md)",
+    "small_cnn": "small_cnn on digits and mnist5k (audit/config.py CALIBRATION; held-out classes there; "
+                 "validation in docs/audit.md)",
 }
 _SHAPE_KEYS = ("name", "num_classes", "in_channels", "image_size")
 
