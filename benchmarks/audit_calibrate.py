@@ -24,17 +24,20 @@ import argparse
 import itertools
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
 import torch
 from scipy import stats
 
+from unlearnkit import validate
 from unlearnkit.audit import AuditConfig
 from unlearnkit.audit.data import train_data
 from unlearnkit.checkpoints import atomic_write_text
 from unlearnkit.data.datasets import load_dataset
 from unlearnkit.data.splits import ForgetSpec, make_split
+from unlearnkit.errors import UserError
 from unlearnkit.evaluation import model_outputs
 from unlearnkit.metrics.lda import ratio_interval, unbiased_separability
 from unlearnkit.models.zoo import audit_layers
@@ -104,6 +107,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--device", default="cpu", help="where the models train and run (cpu, cuda)")
     p.add_argument("--cache-dir", default=None, help="model cache (default ~/.cache/unlearnkit/models)")
     a = p.parse_args(argv)
+    try:  # one line for a device this machine lacks, before any model trains
+        validate.device("--device", a.device)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     cal, hold = [int(c) for c in a.classes.split(",")], [int(c) for c in a.holdout.split(",") if c]
