@@ -16,15 +16,17 @@ from unlearnkit.audit.probing import ProbeScores, clear_of, look_confidence, loo
 
 
 def test_looks_and_their_confidence_by_hand():
-    # default: looks at 5, 10 and 20 resplits, each at 1 - 0.05 / 3; Bonferroni: 3 x 0.05 / 3 = 0.05
+    # default: looks at 5 and 10 resplits (n_splits 10), each at 1 - 0.05 / 2; Bonferroni: 2 x 0.05 / 2 = 0.05
     cfg = AuditConfig()
-    assert looks(cfg) == (5, 10, 20)
-    assert look_confidence(cfg) == pytest.approx(1 - 0.05 / 3)
+    assert looks(cfg) == (5, 10)
+    assert look_confidence(cfg) == pytest.approx(1 - 0.05 / 2)
+    assert looks(AuditConfig(n_splits=20)) == (5, 10, 20)
+    assert look_confidence(AuditConfig(n_splits=20)) == pytest.approx(1 - 0.05 / 3)
     assert len(looks(cfg)) * (1 - look_confidence(cfg)) == pytest.approx(1 - cfg.confidence)
     # the maximum is n_splits; looks at or above it are dropped; one look is the fixed design at 95 %
     assert looks(AuditConfig(n_splits=10)) == (5, 10) and look_confidence(AuditConfig(n_splits=10)) == 0.975
     assert looks(AuditConfig(n_splits=5)) == (5,) and look_confidence(AuditConfig(n_splits=5)) == 0.95
-    assert looks(AuditConfig(resplit_looks=())) == (20,)
+    assert looks(AuditConfig(resplit_looks=())) == (10,)
     assert looks(AuditConfig(n_splits=12, resplit_looks=(3, 6))) == (3, 6, 12)
     for bad in [(5, 5), (10, 5), (1, 10)]:
         with pytest.raises(Exception, match="resplit_looks"):
@@ -32,7 +34,7 @@ def test_looks_and_their_confidence_by_hand():
 
 
 def test_a_looks_interval_is_the_corrected_t_at_the_looks_level():
-    cfg = AuditConfig()
+    cfg = AuditConfig(n_splits=20)  # three looks
     y = np.r_[np.ones(30, bool), np.zeros(70, bool)]
     splits = make_splits(y, cfg)[:5]
     d = np.array([1.0, 2.0, 0.5, 1.5, 3.0])
@@ -75,12 +77,12 @@ def _layer(shift_u: float, shift_o: float, seed: int = 0, sd: float = 1.0) -> li
 @pytest.fixture(scope="module")
 def splits():
     y = np.r_[np.ones(30, bool), np.zeros(70, bool)]
-    return y, make_splits(y, AuditConfig())
+    return y, make_splits(y, AuditConfig(n_splits=20))
 
 
 def test_stops_at_the_first_look_when_clear_and_goes_to_the_maximum_when_borderline(splits):
     y, sp = splits
-    cfg = AuditConfig()  # tolerances: 5 points (ΔAUROC), 2 points (ΔLPR)
+    cfg = AuditConfig(n_splits=20)  # three looks; tolerances: 5 points (ΔAUROC), 2 points (ΔLPR)
     models = {"clear": _layer(shift_u=0.0, shift_o=30.0, sd=0.3),       # retrain-like; original far beyond
               "borderline": _layer(shift_u=2.0, shift_o=30.0, sd=1.0)}  # ΔLPR sits on its tolerance
     stops = resplit(models, y, sp, cfg)
@@ -114,7 +116,7 @@ def test_the_stopped_interval_keeps_its_coverage():
     """Monte Carlo: per-split differences N(mu, 1), plain t-intervals (exact at every look); whatever
     look the rule stops at, its interval covers mu in >= 95 % of replicates (Bonferroni over 3 looks)."""
     y = np.r_[np.ones(30, bool), np.zeros(70, bool)]
-    cfg = AuditConfig(ci_method="t", lpr_margin=2.0)
+    cfg = AuditConfig(ci_method="t", lpr_margin=2.0, n_splits=20)
     sp = make_splits(y, cfg)
     rng = np.random.default_rng(1)
     covered, n_rep, early = 0, 300, 0

@@ -225,7 +225,7 @@ class AuditConfig:
     """
 
     # --- linear probe (Mirage protocol, reference-specs §2.5) -------------------------------
-    n_splits: int = 20
+    n_splits: int = 10
     confidence: float = 0.95
     test_size: float = 0.3
     probe_seed: int = 42

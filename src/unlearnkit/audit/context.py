@@ -53,6 +53,32 @@ class AuditContext:
         key = self.cache_key(obj, *parts)
         return compute() if key is None else self.cache.get_or(key, compute)
 
+    def cached_many(self, items: list[tuple[Any, tuple, Callable[[], Any]]]) -> list:
+        """``[self.cached(obj, parts, compute) for obj, parts, compute in items]`` (``obj`` None: never
+        cached), with the values not in the cache computed as parallel jobs
+        (:func:`~unlearnkit.audit.probing.run_parallel`: ``n_workers`` threads, torch and BLAS on one thread
+        each, so a value does not depend on how many run beside it); one after the other on a GPU. Used for
+        the per-model work after the layer stage (k-NN, feature distances, resurfacing attacks): on two
+        cores, one model per thread beats two threads per model for these small forward passes, fits and
+        eigendecompositions."""
+        from .probing import on_gpu, one_thread, run_parallel
+
+        keys = [None if obj is None else self.cache_key(obj, *parts) for obj, parts, _ in items]
+        todo = [i for i, key in enumerate(keys) if key is None or not self.cache.has(key)]
+        jobs = [items[i][2] for i in todo]
+        if on_gpu(self.device):
+            with one_thread():  # the CPU side of GPU jobs (small linear algebra) stays on one thread too
+                values = [job() for job in jobs]
+        else:
+            values = run_parallel(jobs, self.config)
+        out: list = [None] * len(items)
+        for i, value in zip(todo, values):
+            out[i] = value if keys[i] is None else self.cache.put(keys[i], value)
+        for i, key in enumerate(keys):
+            if i not in todo:
+                out[i] = self.cache.get(key)
+        return out
+
 
 @dataclass
 class ForwardPasses:

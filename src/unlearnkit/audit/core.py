@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Sequence
 
 import numpy as np
@@ -41,6 +42,7 @@ from .idi import idi_check
 from .layers import LayerResult, assign_margins, measure_data
 from .memo import AuditCache
 from .passes import as_model_list, forward_passes
+from .probing import run_parallel
 from .report import AuditReport
 from .resurface import ResurfaceResult, bn_recalibration_check, head_refit_check, head_relearn_check, relearn_check
 from .verdict import decide, measurements
@@ -96,7 +98,7 @@ def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: S
     if passes.broken:
         return _collapsed_report(passes, ctx, clock.total())
     clock.lap("forward_s")
-    outs = output_numbers(passes, split)
+    outs = output_numbers(passes, split, config)
     datas = audit_data(split, config)
     rests_on, reason = choose(datas, split, config)
     clock.lap("output_metrics_s")
@@ -144,10 +146,10 @@ class OutputNumbers:
     retrained: dict
 
 
-def output_numbers(passes: ForwardPasses, split) -> OutputNumbers:
-    """Accuracies and MIA of every model, from the logits of the forward passes."""
-    unlearned, original = output_metrics(passes.out_u, split), output_metrics(passes.out_o, split)
-    per_reference = [output_metrics(o, split) for o in passes.out_refs]
+def output_numbers(passes: ForwardPasses, split, config: AuditConfig) -> OutputNumbers:
+    """Accuracies and MIA of every model, from the logits of the forward passes (a parallel job per model)."""
+    unlearned, original, *per_reference = run_parallel(
+        [partial(output_metrics, o, split) for o in (passes.out_u, passes.out_o, *passes.out_refs)], config)
     return OutputNumbers(unlearned, original, per_reference, _mean_metrics(per_reference))
 
 
@@ -199,31 +201,33 @@ def layer_measures(datas: dict[str, AuditData], passes: ForwardPasses,
 def knn_numbers(passes: ForwardPasses, ctx: AuditContext) -> dict[str, dict]:
     """EC's cosine k-NN accuracy of the penultimate features, per model (``retrained``: the mean over the
     references); the original's and the references' come from the run's cache when an earlier audit
-    computed them."""
+    computed them. One model per parallel job (:meth:`AuditContext.cached_many`)."""
     pen, split, k = passes.penultimate, ctx.split, ctx.config.knn_k
-
-    def shared(out: dict) -> dict:  # the same in every audit of a run
-        return ctx.cached(out, ("knn", pen), lambda: _knn(out, split, pen, k))
-
-    return {"unlearned": _knn(passes.out_u, split, pen, k), "original": shared(passes.out_o),
-            "retrained": _mean_metrics([shared(o) for o in passes.out_refs])}
+    outs = [passes.out_u, passes.out_o, *passes.out_refs]
+    vals = ctx.cached_many([(None if i == 0 else out, ("knn", pen), partial(_knn, out, split, pen, k))
+                            for i, out in enumerate(outs)])
+    return {"unlearned": vals[0], "original": vals[1], "retrained": _mean_metrics(vals[2:])}
 
 
 def feature_distances(passes: ForwardPasses, ctx: AuditContext) -> dict[str, dict]:
     """PURGE's distances of the penultimate forget-set features (at most 5000 rows), per model: Fréchet
-    distance to the references' (mean) and to the original's, mean cosine similarity to the original's."""
+    distance to the references' (mean) and to the original's, mean cosine similarity to the original's.
+    Every Fréchet distance is a parallel job (:func:`~unlearnkit.audit.probing.run_parallel`)."""
     pen = passes.penultimate
     cap = torch.arange(min(len(ctx.split.train_forget), 5000))
     f_u, f_o = passes.out_u["train_forget"][pen][cap], passes.out_o["train_forget"][pen][cap]
     f_refs = [o["train_forget"][pen][cap] for o in passes.out_refs]
+    retrained = ctx.cached(passes.out_o, ("fid_refs", *[id(o) for o in passes.out_refs]),
+                           lambda: _reference_distances(f_refs, f_o, ctx.config))
+    fids = run_parallel([partial(fid_feat, a, b) for a, b in [(f_u, f) for f in f_refs] + [(f_u, f_o)]
+                         + [(f_o, f) for f in f_refs]], ctx.config)
+    k = len(f_refs)
     return {
-        "unlearned": {"fid_feat_to_retrain": float(np.mean([fid_feat(f_u, f) for f in f_refs])),
-                      "fid_feat_to_original": fid_feat(f_u, f_o),
+        "unlearned": {"fid_feat_to_retrain": float(np.mean(fids[:k])), "fid_feat_to_original": fids[k],
                       "cosine_to_original": mean_cosine_similarity(f_u, f_o)},
-        "original": {"fid_feat_to_retrain": float(np.mean([fid_feat(f_o, f) for f in f_refs])),
+        "original": {"fid_feat_to_retrain": float(np.mean(fids[k + 1:])),
                      "fid_feat_to_original": 0.0, "cosine_to_original": 1.0},
-        "retrained": ctx.cached(passes.out_o, ("fid_refs", *[id(o) for o in passes.out_refs]),
-                                lambda: _reference_distances(f_refs, f_o)),
+        "retrained": retrained,
     }
 
 
@@ -286,12 +290,14 @@ def _knn(out: dict, split, layer: str, k: int) -> dict:
     return res
 
 
-def _reference_distances(f_refs: list[torch.Tensor], f_o: torch.Tensor) -> dict:
-    """PURGE's feature distances of the references (to each other and to the original)."""
+def _reference_distances(f_refs: list[torch.Tensor], f_o: torch.Tensor, config: AuditConfig) -> dict:
+    """PURGE's feature distances of the references (to each other and to the original); the Fréchet
+    distances as parallel jobs."""
     k = len(f_refs)
-    return {"fid_feat_to_retrain": (float(np.mean([fid_feat(f_refs[i], f_refs[j]) for i in range(k)
-                                                   for j in range(k) if i != j])) if k > 1 else None),
-            "fid_feat_to_original": float(np.mean([fid_feat(f, f_o) for f in f_refs])),
+    pairs = [(f_refs[i], f_refs[j]) for i in range(k) for j in range(k) if i != j]
+    fids = run_parallel([partial(fid_feat, a, b) for a, b in pairs + [(f, f_o) for f in f_refs]], config)
+    return {"fid_feat_to_retrain": float(np.mean(fids[:len(pairs)])) if k > 1 else None,
+            "fid_feat_to_original": float(np.mean(fids[len(pairs):])),
             "cosine_to_original": float(np.mean([mean_cosine_similarity(f, f_o) for f in f_refs]))}
 
 

@@ -18,7 +18,7 @@ Two families of numbers per layer, each model measured on the same J resplits:
 * **Mirage's numbers, reported as the paper defines them** (reference-specs §2.5) and read by no
   rule of the verdict: LPR (balanced accuracy of the StandardScaler + logistic probe) and ΔLPR, the
   trace-form Fisher separability F on raw features, and CKA (on standardised units, see
-  :func:`_cka`). LPR is invariant to per-unit rescaling and permutation (the probe standardises),
+  :func:`_cka_numbers`). LPR is invariant to per-unit rescaling and permutation (the probe standardises),
   not to mixing; the trace-form F is invariant to neither, which is why the verdict no longer reads it.
 
 With several references, their spread (each reference against the mean of the others) is kept.
@@ -41,9 +41,10 @@ from functools import partial
 import numpy as np
 import torch
 
-from ..metrics import cka_subsample_indices, fisher_separability, linear_cka
+from ..metrics import cka_subsample_indices, fisher_separability
+from ..metrics.cka import pairwise_linear_cka
 from ..metrics.lda import Separability, heldout_auroc, ratio_interval, unbiased_separability
-from ..metrics.two_sample import RatioMoments, TwoSampleStat, mmd_two_sample, ratio_moments
+from ..metrics.two_sample import RatioMoments, TwoSampleStat, centred_memo, mmd_two_sample, ratio_moments
 from ..metrics.two_sample import ratio_interval as mmd_ratio_interval
 from .config import AuditConfig
 from .context import AuditContext, ForwardPasses
@@ -373,25 +374,28 @@ def _standardised(x: np.ndarray) -> np.ndarray:
     return (x - x.mean(axis=0)) / np.where(sd > 1e-12 * max(float(sd.max(initial=0.0)), 1e-300), sd, np.inf)
 
 
-def _cka(a: np.ndarray, b: np.ndarray, config: AuditConfig) -> float:
-    """Linear CKA on standardised units (each unit: mean 0, variance 1; a constant unit contributes
-    nothing), so rescaling or permuting units leaves it unchanged; with ``center=False``, Mirage's
-    uncentered CKA on the raw features (reference-specs §2.5), which rescaling does move."""
-    if not config.center:
-        return linear_cka(a, b, center=False)
-    return linear_cka(_standardised(a), _standardised(b), center=True)
-
-
 def _cka_numbers(res: LayerResult, x_u, x_o, x_refs, n: int, config: AuditConfig) -> None:
-    # CKA on one subsample shared by every pair (Mirage: <= 5000 rows, the same for all pairs)
+    """CKA(unlearned, original), mean CKA(unlearned, reference), mean CKA(reference, original) and, with K >= 2,
+    the mean CKA between references, on one subsample shared by every pair (Mirage: <= 5000 rows, the same
+    for all pairs). ``center=True``: linear CKA on standardised units (each unit: mean 0, variance 1; a
+    constant unit contributes nothing), so rescaling or permuting units leaves it unchanged;
+    ``center=False``: Mirage's uncentered CKA on the raw features (reference-specs §2.5), which rescaling
+    does move. Each model's matrix is standardised and its Gram norm computed once
+    (:func:`~unlearnkit.metrics.cka.pairwise_linear_cka`)."""
     rows = cka_subsample_indices(n, config.cka_max_samples, config.cka_seed)
-    res.cka_original = _cka(x_u[rows], x_o[rows], config)
-    res.cka_retrain = float(np.mean([_cka(x_u[rows], x[rows], config) for x in x_refs]))
-    res.cka_retrain_original = float(np.mean([_cka(x[rows], x_o[rows], config) for x in x_refs]))
-    if len(x_refs) > 1:
-        pairs = [(i, j) for i in range(len(x_refs)) for j in range(i + 1, len(x_refs))]
-        res.cka_between_retrained = float(np.mean([_cka(x_refs[i][rows], x_refs[j][rows], config)
-                                                   for i, j in pairs]))
+    xs = [x[rows] for x in (x_u, x_o, *x_refs)]
+    if config.center:
+        xs = [_standardised(x) for x in xs]
+    k = len(x_refs)
+    refs = range(2, 2 + k)
+    between = [(i, j) for i in refs for j in refs if i < j]
+    pairs = [(0, 1)] + [(0, r) for r in refs] + [(r, 1) for r in refs] + between
+    vals = pairwise_linear_cka(xs, pairs, center=config.center)
+    res.cka_original = vals[0]
+    res.cka_retrain = float(np.mean(vals[1:1 + k]))
+    res.cka_retrain_original = float(np.mean(vals[1 + k:1 + 2 * k]))
+    if k > 1:
+        res.cka_between_retrained = float(np.mean(vals[1 + 2 * k:]))
 
 
 def _layer_result(layer: str, data: AuditData, ms: list[_Model], splits, stops: dict[str, int] | None,
@@ -425,25 +429,26 @@ def _layer_result(layer: str, data: AuditData, ms: list[_Model], splits, stops: 
     return res
 
 
-def _mmd_interval(s: TwoSampleStat, refs: list[TwoSampleStat], config: AuditConfig) -> Interval:
+def _mmd_interval(s: TwoSampleStat, refs: list[TwoSampleStat], config: AuditConfig, centred) -> Interval:
     """MMD²_s / mean MMD²_refs with Fieller's interval; ``moments`` carries what Fieller's pivot needs for
     p-values at any tolerance; ``status`` says when no ratio is defined (a saturated statistic, or
     references whose MMD² is not clearly above 0)."""
-    r = mmd_ratio_interval(s, refs, config.confidence)
+    r = mmd_ratio_interval(s, refs, config.confidence, centred)
     saturated = next((x.reason for x in (s, *refs) if x.saturated or not math.isfinite(x.value)), "")
     if saturated:
         return Interval(r.ratio, r.low, r.high, status=f"saturated ({saturated})")
     if math.isinf(r.low) and math.isinf(r.high):
         return Interval(r.ratio, r.low, r.high, status="reference_not_separated")
-    return Interval(r.ratio, r.low, r.high, r.se_log, 0, None, "ok", ratio_moments(s, refs))
+    return Interval(r.ratio, r.low, r.high, r.se_log, 0, None, "ok", ratio_moments(s, refs, centred))
 
 
 def _mmd_numbers(res: LayerResult, m_u: _Model, m_o: _Model, m_refs: list[_Model], config: AuditConfig) -> None:
     refs = [m.mmd for m in m_refs]
     res.mmd, res.mmd_original = m_u.mmd.value, m_o.mmd.value
     res.mmd_refs = [float(s.value) for s in refs]
-    res.mmd_ratio = _mmd_interval(m_u.mmd, refs, config)
-    res.mmd_ratio_original = _mmd_interval(m_o.mmd, refs, config)
+    centred = centred_memo()  # each statistic's centred kernel once for both intervals (freed on return)
+    res.mmd_ratio = _mmd_interval(m_u.mmd, refs, config, centred)
+    res.mmd_ratio_original = _mmd_interval(m_o.mmd, refs, config, centred)
 
 
 def _resplit_numbers(res: LayerResult, ms: list[_Model], splits, stops: dict[str, int],

@@ -76,8 +76,8 @@ def audit_command(
     center: bool = typer.Option(True, "--center/--no-center",
                                 help="centered linear CKA (Kornblith); --no-center reproduces Mirage's code"),
     confidence: float = typer.Option(0.95, help="confidence of every interval and test"),
-    n_splits: int = typer.Option(20, help="the most probe resplits behind each ΔLPR / ΔAUROC interval "
-                                                        "(it stops at 5 or 10 when clear)"),
+    n_splits: int = typer.Option(10, help="the most probe resplits behind each ΔLPR / ΔAUROC interval "
+                                                        "(it stops at 5 when clear)"),
     audit_data: str = typer.Option("auto", help="auto | test | train: which data the verdict rests on"),
     resurface: bool = typer.Option(True, "--resurface/--no-resurface",
                                    help="run the resurfacing checks (BatchNorm recalibration, head re-fit, "

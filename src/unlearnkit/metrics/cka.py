@@ -45,6 +45,25 @@ def linear_cka(x: Any, y: Any, center: bool = True) -> float:
     return r if np.isfinite(r) else 0.0
 
 
+def pairwise_linear_cka(xs: list[Any], pairs: list[tuple[int, int]], center: bool = True) -> list[float]:
+    """:func:`linear_cka` of ``xs[i]`` and ``xs[j]`` for each ``(i, j)`` of ``pairs`` (all of the same
+    samples), with each matrix centred and its ‖XᵀX‖_F computed once, not once per pair: the same
+    numbers as calling :func:`linear_cka` pair by pair (a test compares them)."""
+    mats = [features_2d(x, f"xs[{i}]") for i, x in enumerate(xs)]
+    if len({m.shape[0] for m in mats}) > 1:
+        raise ValueError(f"every matrix must describe the same samples, got {[m.shape[0] for m in mats]} rows")
+    if center:
+        mats = [m - m.mean(axis=0, keepdims=True) for m in mats]
+    used = sorted({i for pair in pairs for i in pair})
+    self_norm = {i: np.linalg.norm(mats[i].T @ mats[i], "fro") for i in used}
+    out = []
+    for i, j in pairs:
+        den = self_norm[i] * self_norm[j]
+        r = float(np.linalg.norm(mats[j].T @ mats[i], "fro") ** 2 / den) if den >= _EPS else 0.0
+        out.append(r if np.isfinite(r) else 0.0)
+    return out
+
+
 def cka_subsample_indices(n: int, max_n: int = 5000, seed: int = 0) -> np.ndarray:
     """min(n, max_n) distinct row indices in [0, n), to use for EVERY pair of one comparison.
 

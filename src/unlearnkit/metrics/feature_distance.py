@@ -8,7 +8,6 @@ avgpool features of the same D_f images).
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
@@ -21,14 +20,15 @@ def fid_feat(x: Any, y: Any) -> float:
 
     FD = ‖μ_x − μ_y‖² + Tr(Σ_x + Σ_y − 2 (Σ_x Σ_y)^{1/2}).
 
-    As PURGE's ``compute_fid``: means and ``np.cov`` (ddof=1) of the rows, ``scipy.linalg.sqrtm``
-    of Σ_x Σ_y, imaginary part (numerical noise) dropped. x and y may have different row counts
-    but the same feature dimension. Difference: if sqrtm returns non-finite values (singular
-    product), it is recomputed with 1e-6·I added to both covariances, as pytorch-fid does.
-    Returns ``nan`` if either side has fewer than 2 rows.
+    As PURGE's ``compute_fid``: means and ``np.cov`` (ddof=1) of the rows. Difference: PURGE (and
+    pytorch-fid) take ``scipy.linalg.sqrtm`` of the non-symmetric product Σ_x Σ_y and drop its imaginary
+    part; here Tr (Σ_x Σ_y)^{1/2} is computed as Σ_i sqrt(λ_i) over the eigenvalues of the symmetric
+    Σ_x^{1/2} Σ_y Σ_x^{1/2} (``numpy.linalg.eigh``; the same eigenvalues as Σ_x Σ_y, negative rounding
+    clipped to 0): the same number in exact arithmetic (a test checks it against ``sqrtm``), stable
+    where the product is singular (no 1e-6·I offset needed), several times faster, and free of
+    ``sqrtm``'s LinAlgWarning, which ``warnings.catch_warnings`` cannot silence from the audit's
+    parallel threads. Returns ``nan`` if either side has fewer than 2 rows.
     """
-    from scipy.linalg import LinAlgWarning, sqrtm  # lazy: keep `import unlearnkit.metrics` light
-
     a, b = features_2d(x, "x"), features_2d(y, "y")
     if a.shape[1] != b.shape[1]:
         raise ValueError(f"x has {a.shape[1]} features, y has {b.shape[1]}")
@@ -37,15 +37,12 @@ def fid_feat(x: Any, y: Any) -> float:
     mu_a, mu_b = a.mean(axis=0), b.mean(axis=0)
     cov_a = np.atleast_2d(np.cov(a, rowvar=False))
     cov_b = np.atleast_2d(np.cov(b, rowvar=False))
-    with warnings.catch_warnings():  # near-singular products are common (PURGE: disp=False)
-        warnings.simplefilter("ignore", LinAlgWarning)
-        covmean = sqrtm(cov_a @ cov_b)
-        if not np.all(np.isfinite(covmean)):
-            offset = 1e-6 * np.eye(cov_a.shape[0])
-            covmean = sqrtm((cov_a + offset) @ (cov_b + offset))
-    covmean = np.real(covmean)
+    evals, evecs = np.linalg.eigh(cov_a)
+    root_a = (evecs * np.sqrt(np.clip(evals, 0.0, None))) @ evecs.T
+    inner = root_a @ cov_b @ root_a
+    tr_covmean = float(np.sqrt(np.clip(np.linalg.eigvalsh((inner + inner.T) / 2), 0.0, None)).sum())
     diff = mu_a - mu_b
-    return float(diff @ diff + np.trace(cov_a) + np.trace(cov_b) - 2.0 * np.trace(covmean))
+    return float(diff @ diff + np.trace(cov_a) + np.trace(cov_b) - 2.0 * tr_covmean)
 
 
 def _paired(x: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -101,3 +101,18 @@ def test_subsample_indices_match_seeded_global_choice():
     np.testing.assert_array_equal(idx, expected)
     assert len(np.unique(idx)) == 5000
     assert sorted(cka_subsample_indices(7, max_n=5000).tolist()) == list(range(7))
+
+
+def test_pairwise_linear_cka_equals_pair_by_pair():
+    from unlearnkit.metrics.cka import pairwise_linear_cka
+
+    rng = np.random.default_rng(11)
+    base = rng.normal(size=(120, 6))
+    xs = [base @ rng.normal(size=(6, d)) + 0.3 * rng.normal(size=(120, d)) for d in (6, 4, 9)]
+    xs.append(np.zeros((120, 3)))  # a degenerate side: 0, as linear_cka
+    pairs = [(0, 1), (1, 2), (2, 0), (0, 3), (2, 2)]
+    for center in (True, False):
+        got = pairwise_linear_cka(xs, pairs, center=center)
+        assert got == pytest.approx([linear_cka(xs[i], xs[j], center=center) for i, j in pairs], abs=1e-12)
+    with pytest.raises(ValueError, match="same samples"):
+        pairwise_linear_cka([xs[0], xs[1][:10]], [(0, 1)])

@@ -103,6 +103,37 @@ def test_fewshot_recovery_is_nearest_mean_in_the_within_class_metric():
     assert got == pytest.approx(100.0 * np.mean(dist.argmin(1) == 3), abs=1e-9)
 
 
+def test_fewshot_head_reused_over_draws_matches_the_stacked_computation_with_a_ridge():
+    """FewShotHead keeps the retained scatter once; each draw must equal standardising retain + shots
+    stacked and using the ridge metric on them, by hand (numpy)."""
+    from unlearnkit.metrics.lda import FewShotHead
+
+    rng = np.random.RandomState(7)
+    means = rng.randn(4, 6) * 1.2
+    retain_y = np.repeat([0, 1, 2], 60)
+    retain = (means[retain_y] + rng.randn(180, 6)) * np.array([1e3, 1, 1e-3, 5, 1, 1])  # units of any scale
+    head = FewShotHead(torch.from_numpy(retain), torch.from_numpy(retain_y), ridge=0.01)
+    for draw in range(4):
+        shots = (means[3] + rng.randn(2, 6)) * np.array([1e3, 1, 1e-3, 5, 1, 1])
+        queries = (means[3] + rng.randn(60, 6) * 1.5) * np.array([1e3, 1, 1e-3, 5, 1, 1])
+        t = torch.from_numpy
+        got = head.recovery(t(shots), t(np.array([3, 3])), t(queries), t(np.full(60, 3)))
+        both = np.r_[retain, shots]
+        mean, std = both.mean(0), both.std(0)
+        z, zs, zq = (retain - mean) / std, (shots - mean) / std, (queries - mean) / std
+        mus = np.stack([z[retain_y == c].mean(0) for c in range(3)] + [zs.mean(0)])
+        resid = z - mus[retain_y]
+        zb = np.r_[z, zs]
+        metric = resid.T @ resid / len(z) + 0.01 * np.cov(zb.T, bias=True)
+        inv = np.linalg.inv(metric)
+        dist = np.stack([np.einsum("nd,de,ne->n", zq - m, inv, zq - m) for m in mus], 1)
+        want = 100.0 * np.mean(dist.argmin(1) == 3)
+        assert 0 < want < 100  # an informative case: some queries go elsewhere
+        assert got == pytest.approx(want, abs=1e-9)
+        assert fewshot_recovery(t(retain), t(retain_y), t(shots), t(np.array([3, 3])), t(queries),
+                                t(np.full(60, 3))) == pytest.approx(got, abs=1e-9)
+
+
 def _head_case(seed=5):
     rng = np.random.RandomState(seed)
     means = rng.randn(4, 6) * 2
