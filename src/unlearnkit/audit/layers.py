@@ -244,9 +244,9 @@ def resplit(models: dict[str, list[_Model]], y: np.ndarray, splits, config: Audi
             device=None) -> dict[str, dict[str, int]]:
     """Adaptive resplitting: per layer, the number of resplits each statistic of :data:`STATS` stopped at.
 
-    At each look of :func:`~unlearnkit.audit.probing.looks` (5, 10, 20 resplits by default), the
-    statistics still open get the missing resplits of every model of their layer (``models[layer]``:
-    unlearned, original, references, all on the same resplits ``splits``: the pairing holds); a
+    At each look of :func:`~unlearnkit.audit.probing.looks` (5 and 10 resplits by default; 5, 10, 20 with
+    ``n_splits=20``), the statistics still open get the missing resplits of every model of their layer
+    (``models[layer]``: unlearned, original, references, all on the same resplits ``splits``: the pairing holds); a
     statistic stops when :func:`_clear` (both of its paired intervals clear of the tolerance at the
     look's confidence) or at the last look. Why the reported interval keeps its coverage:
     :class:`~unlearnkit.audit.config.AuditConfig`, "Adaptive resplitting"."""

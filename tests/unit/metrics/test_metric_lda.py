@@ -113,7 +113,7 @@ def test_fewshot_head_reused_over_draws_matches_the_stacked_computation_with_a_r
     retain_y = np.repeat([0, 1, 2], 60)
     retain = (means[retain_y] + rng.randn(180, 6)) * np.array([1e3, 1, 1e-3, 5, 1, 1])  # units of any scale
     head = FewShotHead(torch.from_numpy(retain), torch.from_numpy(retain_y), ridge=0.01)
-    for draw in range(4):
+    for _ in range(4):  # draws of the shots
         shots = (means[3] + rng.randn(2, 6)) * np.array([1e3, 1, 1e-3, 5, 1, 1])
         queries = (means[3] + rng.randn(60, 6) * 1.5) * np.array([1e3, 1, 1e-3, 5, 1, 1])
         t = torch.from_numpy
