@@ -116,7 +116,10 @@ class AuditConfig:
     **Adaptive resplitting** (the reported ΔAUROC and ΔLPR; :func:`unlearnkit.audit.layers.measure_data`).
     ``n_splits`` is the most resplits a layer gets; it may stop earlier, at the looks ``resplit_looks``
     (5, 10, then ``n_splits``; looks at or above ``n_splits`` are dropped, so ``n_splits`` <= 5 or
-    ``resplit_looks=()`` is the fixed design). At each of these L looks, every interval of a statistic
+    ``resplit_looks=()`` is the fixed design; ``n_splits`` was 20 until issue 28's cost budget: under the
+    Nadeau-Bengio correction the variance factor 1/J + n_test/n_train is 0.53 at 10 resplits and 0.48 at
+    20, so a statistic that runs to the maximum gets an interval about 7 % wider for half the probe fits,
+    docs/performance.md). At each of these L looks, every interval of a statistic
     (the unlearned model's and the original's, each paired against the references over the same
     resplits: every model of a layer gets the same resplits, so the pairing holds) is formed at
     confidence 1 − (1 − ``confidence``) / L, and the statistic stops at the first look where both are
