@@ -3,7 +3,8 @@
 Nothing here comes from unlearnkit except ``uk.unlearn`` and ``uk.Auditor`` (``uk.audit`` audits one
 model the same way): the model is a hand-written ``nn.Module``, the data are ``TensorDataset``s / a
 ``DataLoader`` (scikit-learn's bundled digits, offline), and the training loop is ten lines of plain
-PyTorch. It trains the original on all digits and two references on everything but the digit 3, then:
+PyTorch. It trains the original on all digits and five references (the number the docs recommend) on
+everything but the digit 3, then:
 
 1. unlearns the 3s from the original with SCRUB and audits the result;
 2. audits a model that only *hides* the 3s at its output (the classifier's bias for class 3 pushed
@@ -74,8 +75,9 @@ def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--epochs", type=int, default=30, help="training epochs of each model")
     p.add_argument("--width", type=int, default=16, help="channels of MyNet's first conv")
-    p.add_argument("--references", type=int, default=2, help="models retrained without the forgotten digit")
-    p.add_argument("--n-splits", type=int, default=20, help="probe resplits behind each audit interval")
+    p.add_argument("--references", type=int, default=5, help="models retrained without the forgotten digit")
+    p.add_argument("--n-splits", type=int, default=None, help="probe resplits behind each audit interval "
+                                                              "(default: the audit's)")
     p.add_argument("--out", default=None, help="folder for the audit files (optional)")
     args = p.parse_args(argv)
 
@@ -93,7 +95,8 @@ def main(argv: list[str] | None = None) -> dict:
     # at lr 1e-3 and forgets them at 5e-3 (presets do not transfer between models: tune on validation data)
     result = uk.unlearn(original, method="scrub", forget=forget, retain=retain, preset="small", lr=5e-3)
     print(f"SCRUB: {result.stop_reason} in {result.runtime_s:.1f} s")
-    auditor = uk.Auditor(original, retrained, forget=forget, retain=retain, test=test, n_splits=args.n_splits)
+    splits = {} if args.n_splits is None else {"n_splits": args.n_splits}
+    auditor = uk.Auditor(original, retrained, forget=forget, retain=retain, test=test, **splits)
     report = auditor.audit(result.model)
     print("SCRUB on MyNet:", report.summary(), sep="\n")
 

@@ -20,7 +20,7 @@ def namespaces(digits_split, digits_original, cache_dir):
     """The names a Python block's ``<!-- docs-test: namespace NAME -->`` starts with.
 
     ``digits``: small_cnn models on digits with class 3 forgotten: ``original`` (and ``model``, a copy),
-    ``retrained`` = ``retrained_1`` (seed 0) and ``retrained_2`` (seed 1), ``scrub_model`` / ``salun_model``
+    ``retrained`` (a list of five retrains, seeds 0-4: the number the docs recommend), ``scrub_model`` / ``salun_model``
     (copies of the original: stand-ins for unlearned models), and ``forget_ds`` / ``retain_ds`` / ``test_ds``
     (TensorDatasets of the split's normalised parts)."""
     from torch.utils.data import TensorDataset
@@ -38,8 +38,7 @@ def namespaces(digits_split, digits_original, cache_dir):
 
     def digits() -> dict:
         if not cache:
-            r1, r2 = retrain(0), retrain(1)
-            cache.update(original=digits_original, retrained=r1, retrained_1=r1, retrained_2=r2,
+            cache.update(original=digits_original, retrained=[retrain(s) for s in range(5)],
                          forget_ds=ds(digits_split.train_forget), retain_ds=ds(digits_split.train_retain),
                          test_ds=ds(digits_split.test))
         copies = {k: copy.deepcopy(digits_original) for k in ("model", "scrub_model", "salun_model")}

@@ -199,7 +199,7 @@ class Auditor:
 
     .. code-block:: python
 
-        auditor = uk.Auditor(original, [retrained_1, retrained_2, retrained_3],
+        auditor = uk.Auditor(original, retrained,      # a list of 5 retrains: the recommended number
                              forget=forget_ds, retain=retain_ds, test=test_ds)
         scrub_report = auditor.audit(scrub_model)
         salun_report = auditor.audit(salun_model)     # the references are not passed over again
