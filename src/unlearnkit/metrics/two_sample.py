@@ -55,7 +55,7 @@ enter with an extra factor of order 1/s² (Ramdas et al. 2015). A smaller bandwi
 
 Validation: benchmarks/two_sample_coverage.py simulates Gaussian and ReLU-of-Gaussian groups with known
 population ratios at the audit's sizes and prints the interval's coverage: 93.5-96.0 % at the digits size,
-90.5-97.0 % at the mnist5k size (4 of 16 cells under 93 %: ``var`` there is up to ~25 % below the
+90.5-97.0 % at the mnist5k size (3 of 16 cells under 93 %: ``var`` there is up to ~25 % below the
 simulated variance; docs/audit.md, "A statistic that sees more than means").
 
 [INFERRED] No reference code: MMD after Gretton et al. (2012); the whitening, the jackknife with the
