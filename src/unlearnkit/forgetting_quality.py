@@ -170,6 +170,7 @@ def execute_job(job: Job, machine: Machine) -> dict:
     from .checkpoints import state_sha256
     from .runner import _method
     from .runtime import resolve_device
+    from .training import numerics
 
     t0 = time.perf_counter()
     try:
@@ -179,7 +180,7 @@ def execute_job(job: Job, machine: Machine) -> dict:
             ref = _reference(job.method, task, job.seed, machine.cache_dir, device)
             model = ref.model
             extra = {"sha256": ref.meta["sha256"], "cached": ref.cached,
-                     "runtime_s": ref.meta["train_time_s"]}
+                     "runtime_s": ref.meta["train_time_s"], "numerics": ref.meta.get("numerics")}
         else:
             original = _reference("original", task, task.cfg.seed, machine.cache_dir, device)
             method = _method(job.method, task.preset, task.bundle, task.split, task.cfg)
@@ -187,7 +188,7 @@ def execute_job(job: Job, machine: Machine) -> dict:
                                  seed=job.seed, progress=False)
             model = res.model
             extra = {"sha256": state_sha256(model.state_dict()), "runtime_s": res.runtime_s,
-                     "stop_reason": res.stop_reason}
+                     "stop_reason": res.stop_reason, "numerics": numerics()}
         record = {"job": job.name, "key": job.key, "role": job.role, "method": job.method, "seed": job.seed,
                   **extra, **measure(model, task.split, device), "wall_s": time.perf_counter() - t0}
         return {"ok": True, "record": record}
@@ -490,6 +491,13 @@ def _execute(todo: list[Job], folder: Path, n_forget: int, ex, machine, *, jobs:
     return records, len(pending)
 
 
+def _numerics_seen(records: dict, todo: list[Job]) -> list[dict]:
+    """The distinct thread counts and CPU kernels the models were made with (training.numerics; a
+    record stored by an older release, or a reference cached before, has none and is left out)."""
+    seen = {json.dumps(n, sort_keys=True) for j in todo if (n := records[j.name].get("numerics"))}
+    return [json.loads(n) for n in sorted(seen)]
+
+
 def _results(plan: _Plan, records: dict, todo: list[Job], original, *, given: dict, out: Path, device,
              jobs_info: dict, wall_s: float) -> dict:
     """forgetting_quality.json's content (NaN as null)."""
@@ -514,7 +522,7 @@ def _results(plan: _Plan, records: dict, todo: list[Job], original, *, given: di
                        "recipe": task.recipe.to_dict(), "preset": task.preset,
                        "method_params": {n: _plain(m.params()) for n, m in plan.methods_obj.items()},
                        "original_sha256": original.meta["sha256"], "original_seed": plan.seed,
-                       "jobs": jobs_info, "wall_s": wall_s},
+                       "jobs": jobs_info, "wall_s": wall_s, "numerics": _numerics_seen(records, todo)},
         "task": {"dataset": task.bundle.name, "model": cfg.model, "forget": split.spec.to_dict(),
                  "split_hash": split.split_hash, "n_train_forget": len(split.train_forget),
                  "forget_indices": [int(i) for i in split.forget_indices],

@@ -54,7 +54,16 @@ from .models.zoo import audit_layers
 from .progress import console
 from .results import RunResults, describe_forget, model_label
 from .runtime import Runtime, resolve_device
-from .training import Reference, check_cache_dir, check_model, default_recipe, reference_model, versions, with_overrides
+from .training import (
+    Reference,
+    check_cache_dir,
+    check_model,
+    default_recipe,
+    numerics,
+    reference_model,
+    versions,
+    with_overrides,
+)
 
 
 def forget_spec(cfg: RunConfig) -> ForgetSpec:
@@ -310,7 +319,8 @@ def assemble(exp: Experiment, refs: References, models: dict[str, dict]) -> RunR
         entry.setdefault("audit", None)
     cfg, original, retrain = exp.cfg, refs.original, refs.retrain
     provenance = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                  "versions": versions(), "git_commit": git_commit(), "device": str(exp.device),
+                  "versions": versions(), "numerics": numerics(), "git_commit": git_commit(),
+                  "device": str(exp.device),
                   "processes": distributed.world().size,
                   "runtime": exp.runtime.to_dict(), "recipe": exp.recipe.to_dict(), "preset": exp.preset,
                   "original_sha256": original.meta["sha256"], "retrain_sha256": retrain.meta["sha256"]}
@@ -385,7 +395,8 @@ def _run_method(method, original: Reference, split: UnlearningSplit, cfg: RunCon
         return None
     save_checkpoint(res.model, path, {"cell_hash": cell_hash, "cell": cell, "runtime_s": res.runtime_s,
                                       "stop_reason": res.stop_reason, "history": res.history,
-                                      "kind": "unlearned", "versions": versions()})
+                                      "kind": "unlearned", "versions": versions(),
+                                      "numerics": numerics()})
     return res.model, res.runtime_s, res.stop_reason, res.history, path
 
 

@@ -77,7 +77,7 @@ from .runner import (
     train_references,
     write_results,
 )
-from .training import versions
+from .training import numerics, versions
 
 log = logging.getLogger(__name__)
 
@@ -459,6 +459,7 @@ class _StepWork:
         payload = {"record": record, "row": row, "references": self.references}
         text = payload_json(payload)
         save_checkpoint(keep, path, {"kind": "stream_step", "cell_hash": cell, "versions": versions(),
+                                     "numerics": numerics(),
                                      "stream_step": text})
         return keep, json.loads(text)  # exactly what a resumed stream reads back
 

@@ -152,7 +152,7 @@ def reference_model(kind: str, split, model_name: str, recipe: Recipe, *, seed: 
                     description=f"{kind} {model_name}", progress=progress, resume=resume, on_epoch=save_partial,
                     runtime=runtime)
         meta = {"kind": kind, "key": key, "train_time_s": state.elapsed_s, "history": state.history,
-                "n_train": len(data), "versions": versions()}
+                "n_train": len(data), "versions": versions(), "numerics": numerics()}
         if main:
             save_checkpoint(model, path, meta)
             partial.unlink(missing_ok=True)
@@ -210,6 +210,15 @@ def versions() -> dict[str, Any]:
 
     return {"unlearnkit": __version__, "torch": torch.__version__, "torchvision": torchvision.__version__,
             "python": platform.python_version()}
+
+
+def numerics() -> dict[str, Any]:
+    """What, besides the versions, decides a run's bits on the CPU: the torch threads of this process
+    (the intra-op reductions of convolutions and sums split their work by thread, so 1 and 2 threads add
+    in a different order; ``--jobs N`` gives each worker ``cores // N``) and ATen's CPU kernels
+    (``ATEN_CPU_CAPABILITY``). Measured here (docs/performance.md, "Reproducibility"): the same command
+    with the same threads gives bit-identical models; with 1 thread against 2 the weights differ."""
+    return {"torch_threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 
 def with_overrides(recipe: Recipe, **overrides) -> Recipe:

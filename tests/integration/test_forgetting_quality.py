@@ -50,6 +50,12 @@ def test_files_and_json(fq_run):
     assert {"config", "provenance", "task", "retrained", "methods"} <= set(res)
     assert res["provenance"]["jobs"] == {"total": 10, "run": 10, "reused": 0}
     assert {"unlearnkit", "torch"} <= set(res["provenance"]["versions"])
+    # what decides the bits besides the versions: one process, one thread (the fixture's), this CPU's kernels
+    import torch
+    here = {"torch_threads": 1, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    assert res["provenance"]["numerics"] == [here]
+    for job in (out / "jobs").glob("*.json"):
+        assert json.loads(job.read_text())["numerics"] == here, job.name
     assert list(res["methods"]) == ["retrain", "finetune", "original"]
     n_forget = res["task"]["n_train_forget"]
     assert n_forget == len(res["task"]["forget_indices"]) > 0

@@ -254,7 +254,7 @@ def _accuracies(model, split, device) -> dict:
 
 def _provenance() -> dict:
     from ..runner import git_commit
-    from ..training import versions
+    from ..training import numerics, versions
 
     return {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "versions": versions(),
-            "git_commit": git_commit()}
+            "numerics": numerics(), "git_commit": git_commit()}
