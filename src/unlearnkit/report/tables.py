@@ -179,7 +179,9 @@ def leaderboard_table(block: Block, methods: dict[str, list[Record]],
     caption = ("Forget accuracy on the training forget set; test accuracy on the retained data; Gap = TARF's mean "
                "|difference| to retrain (forget, retain, test accuracy, MIA efficacy; points); MIA AUROC of "
                "forget-train vs held-out samples (0.5 = indistinguishable); the audit's separability ratio over "
-               "retrain at the penultimate layer (1 = as separable as in retrain); speedup = retrain time / method "
+               "retrain at the penultimate layer (1 = as separable as in retrain; — where the layer cannot be "
+               "tested: the references themselves do not separate the forget set, as with random forgetting); "
+               "speedup = retrain time / method "
                "time; verdicts of the audit per seed. Numbers: mean ± half-width of the 95 % Student-t interval "
                "over seeds.")
     if fq is not None:
