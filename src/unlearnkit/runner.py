@@ -323,7 +323,11 @@ def assemble(exp: Experiment, refs: References, models: dict[str, dict]) -> RunR
                   "device": str(exp.device),
                   "processes": distributed.world().size,
                   "runtime": exp.runtime.to_dict(), "recipe": exp.recipe.to_dict(), "preset": exp.preset,
-                  "original_sha256": original.meta["sha256"], "retrain_sha256": retrain.meta["sha256"]}
+                  "original_sha256": original.meta["sha256"], "retrain_sha256": retrain.meta["sha256"],
+                  # the references may come from the cache, trained with other threads (a user's
+                  # checkpoint, or one cached by an older release, has none: null)
+                  "reference_numerics": {"original": original.meta.get("numerics"),
+                                         "retrain": retrain.meta.get("numerics")}}
     task = {"dataset": exp.bundle.name, "model": cfg.model, "num_classes": exp.bundle.num_classes,
             "setting": cfg.setting, **vfl_task(original.model, cfg), "forget": exp.split.spec.to_dict(),
             "test_convention": cfg.test_convention, **exp.split.summary()}

@@ -44,8 +44,9 @@ def test_run_end_to_end_and_deterministic(tmp_path):
     res = json.loads((tmp_path / "a" / "results.json").read_text())
     assert res["schema"] == "unlearnkit.results/1"
     import torch
-    assert res["provenance"]["numerics"] == {"torch_threads": torch.get_num_threads(),
-                                             "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    here = {"torch_threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    assert res["provenance"]["numerics"] == here
+    assert res["provenance"]["reference_numerics"] == {"original": here, "retrain": here}  # trained just now
     assert set(res["models"]) == {"original", "retrain", "finetune", "gradient_ascent"}
     for entry in res["models"].values():
         assert {"forget_acc", "retain_acc", "test_acc", "test_forget_acc", "test_retain_acc", "mia_efficacy", "mia_auc",
