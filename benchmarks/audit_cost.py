@@ -55,7 +55,7 @@ def _masked(model, classes):
     return m
 
 
-GOAL = 2.5  # issue 28: the full audit on mnist5k (small_cnn, 5 references) over its bare forward passes
+GOAL = 3.0  # issue 42: the full audit on mnist5k (small_cnn, 5 references) over its bare forward passes
 
 
 @torch.no_grad()
@@ -131,16 +131,17 @@ def main() -> None:
         for m in models:
             model_outputs(m, split, layers)
 
-    cfg = AuditConfig(n_jobs=a.jobs, probe_solver=a.solver)
+    cfg = AuditConfig(n_jobs=a.jobs, probe_solver=a.solver, audit_seed=1)  # one seed: a run's audits share it
     bare()  # warm-up (allocator, kernels)
-    audit(original, unlearned, retrain, split, config=AuditConfig(n_splits=2))
+    audit(original, unlearned, retrain, split, config=AuditConfig(n_splits=2, audit_seed=1))
     n_rows = sum(len(getattr(split, p)) for p in PARTS)
     t_bare = _best(bare, a.repeats)
     t_bare_cl = _best(lambda: bare_channels_last(models, split), a.repeats)
     t_feat = _best(features, a.repeats)
     reports = []
     t_full = _best(lambda: reports.append(audit(original, unlearned, retrain, split, config=cfg)), a.repeats)
-    no_res = AuditConfig(n_jobs=a.jobs, probe_solver=a.solver, bn_recalibration=False, relearn=False)
+    no_res = AuditConfig(n_jobs=a.jobs, probe_solver=a.solver, bn_recalibration=False, relearn=False,
+                         head_refit=False, head_relearn=False, audit_seed=1)
     t_nores = _best(lambda: audit(original, unlearned, retrain, split, config=no_res), a.repeats)
     rep = reports[-1]
 

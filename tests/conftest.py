@@ -43,6 +43,15 @@ def digits_original(digits_split, cache_dir):
                            seed=0, cache_dir=cache_dir, progress=False).model
 
 
+@pytest.fixture(scope="session")
+def digits_retrain(digits_split, cache_dir):
+    """small_cnn retrained on digits without class 3 (seed 0; the same cache key as the audit tests' retrain0)."""
+    from unlearnkit.training import default_recipe, reference_model
+
+    return reference_model("retrain", digits_split, "small_cnn", default_recipe("digits", "small_cnn"),
+                           seed=0, cache_dir=cache_dir, progress=False).model
+
+
 VFL_TEST_MODEL = {"parties": 2, "bottom": "mirage_bottom", "bottom_kwargs": {"width": 16}}
 
 
@@ -62,3 +71,13 @@ def digits_vfl_retrain(digits_split, cache_dir):
 
     return reference_model("retrain", digits_split, "vfl", default_recipe("digits", "vfl"), seed=0,
                            model_kwargs=VFL_TEST_MODEL, cache_dir=cache_dir, progress=False).model
+
+
+@pytest.fixture(scope="session")
+def digits_vfl_retrains(digits_split, cache_dir, digits_vfl_retrain):
+    """Three VFL retrains (seeds 0-2): references the audit can compare a model with."""
+    from unlearnkit.training import default_recipe, reference_model
+
+    return [digits_vfl_retrain] + [
+        reference_model("retrain", digits_split, "vfl", default_recipe("digits", "vfl"), seed=s,
+                        model_kwargs=VFL_TEST_MODEL, cache_dir=cache_dir, progress=False).model for s in (1, 2)]

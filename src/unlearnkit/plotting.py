@@ -39,21 +39,6 @@ def literal_text(fn):
     return wrapper
 
 
-def tolerance_band(ax, margins: list[float], label: str = "within tolerance of retrain") -> None:
-    """Shade, across each layer's tick ``i``, the separability ratios within that layer's tolerance of
-    retrain (``1/m`` to ``m``, ``m = margins[i]``, ``LayerResult.separability_margin``) on a ratio axis, with
-    its upper edge (the tolerance) dashed red; a layer without a finite margin > 0 gets no band."""
-    import math
-
-    ms = [m if m is not None and math.isfinite(m) and m > 0 else math.nan for m in margins]
-    if not ms:
-        return
-    xs = [i - 0.5 for i in range(len(ms))] + [len(ms) - 0.5]
-    hi = ms + [ms[-1]]
-    ax.fill_between(xs, [1 / m for m in hi], hi, step="post", color="tab:green", alpha=0.12, lw=0, label=label)
-    ax.step(xs, hi, where="post", color="red", ls="--", lw=1, label="tolerance (upper edge)")
-
-
 def plain_log_ticks(axis) -> None:
     """Label a log ``axis`` (``ax.xaxis``) with plain numbers (``140``, ``200``) instead of matplotlib's
     ``1.4×10²``, which overlap on an axis spanning less than a decade; minor labels thin out as usual."""

@@ -34,7 +34,6 @@ from . import distributed, validate
 from .audit import AuditConfig, write_audit
 from .audit import audit as audit_model
 from .audit.memo import AuditCache
-from .audit.verdict import output_line
 from .checkpoints import atomic_write_text, load_checkpoint, save_checkpoint
 from .config import RunConfig, _construct
 from .data.concepts import make_concept_split
@@ -111,14 +110,26 @@ def summary_metrics(m: dict, ref: dict, runtime_s: float, retrain_time_s: float)
 
 def audit_settings(cfg: RunConfig):
     """The AuditConfig of a run: its defaults with ``cfg.audit_config``'s overrides (bad keys: UserError);
-    ``cfg.idi`` (``--idi``) turns IDI on."""
-    return _construct("audit_config", AuditConfig, {"idi": True, **cfg.audit_config} if cfg.idi
-                      else dict(cfg.audit_config))
+    ``cfg.idi`` (``--idi``) turns IDI on. The audit seed (every draw of the audit: relearning shots, probe
+    splits) is ``audit_config: {audit_seed: N}`` when given, else derived from the run's seed, so the same
+    configuration and seed give the same results.json (a run audits the researcher's own methods; a
+    certificate for someone else's model comes from ``unlearnkit audit``, which draws a fresh seed), and every
+    method of the run is audited against the same draws (the references' numbers are computed once)."""
+    overrides = {"idi": True, **cfg.audit_config} if cfg.idi else dict(cfg.audit_config)
+    overrides.setdefault("audit_seed", derived_audit_seed(cfg.seed))
+    return _construct("audit_config", AuditConfig, overrides)
 
 
-#: retrained references the audit uses unless told otherwise: ``erased`` needs K >= 2 (the output membership
-#: test and MMD² decide only then), and with the audit's two-sided family the tolerance's t multiplier is ~29
-#: at K = 3 (the original itself is rarely clear of it) and ~8 at K = 5 (docs/audit.md, "How many references")
+def derived_audit_seed(seed: int) -> int:
+    """The audit seed of a run of ``seed`` (a fixed hash: reproducible, and not the training seed itself)."""
+    import zlib
+
+    return zlib.crc32(f"unlearnkit-audit-{seed}".encode()) & 0x7FFFFFFF
+
+
+#: retrained references the audit uses unless told otherwise: ``erased`` needs K >= 2, and the t quantiles of its
+#: equivalence tests make few references expensive (docs/audit.md, "How many references": 5 on digits, 8 on
+#: mnist5k)
 DEFAULT_REFERENCES = 5
 
 
@@ -237,8 +248,8 @@ def train_references(exp: Experiment) -> References:
         k = audit_references(cfg, original.model)
         extra = [reference_model("retrain", **{**common, "seed": cfg.seed + i}) for i in range(1, k)]
         if k > 1:
-            exp.say(f"audit: {k} retrained references (seeds {cfg.seed}..{cfg.seed + k - 1}), tolerances "
-                    f"derived from their spread")
+            exp.say(f"audit: {k} retrained references (seeds {cfg.seed}..{cfg.seed + k - 1}): the verdict compares "
+                    f"each model with their spread")
     return References(original, retrain, extra)
 
 
@@ -277,18 +288,26 @@ class Evaluation:
         exp = self.exp
         if not exp.cfg.audit:
             return
-        refs = [self.refs.retrain.model, *(r.model for r in self.refs.extra)]
-        rep = audit_model(self.refs.original.model, model, refs, exp.split, self.layers,
+        found = [self.refs.retrain, *self.refs.extra]
+        rep = audit_model(self.refs.original.model, model, [r.model for r in found], exp.split, self.layers,
                           config=exp.audit_config, device=exp.device, cache=self.cache,
                           outputs={"original": self.original_outputs, "unlearned": outputs,
-                                   "retrained": self.retrain_outputs})
+                                   "retrained": self.retrain_outputs},
+                          references=[reference_provenance(r) for r in found])
         write_audit(rep, exp.out / "audits" / name)
         self.models[name]["audit"] = rep.to_dict()
         console.print(f"  audit {name}: [bold]{escape(rep.verdict_line)}[/] ({rep.timing['total_s']:.1f}s)")
-        if rep.output_test is not None:
-            console.print(f"    {escape(output_line(rep.output_test))}: {rep.output_test.decision}", highlight=False)
         if rep.transmitted:
             console.print(f"  transmitted embeddings: {rep.transmitted['summary']}")
+
+
+def reference_provenance(ref: Reference) -> dict:
+    """What a run knows of one reference: unlearnkit trained it (``run``), its seed, recipe and cache entry (the
+    file's name, which holds the hash of its training key: the cache folder is the machine's business)."""
+    meta = ref.meta or {}
+    key = meta.get("key") or {}
+    return {"source": "unlearnkit run", "seed": key.get("seed", meta.get("seed")), "recipe": key.get("recipe"),
+            "checkpoint": Path(ref.path).name if ref.path else None, "cached": bool(ref.cached)}
 
 
 def run_method(exp: Experiment, refs: References, name: str, evaluation: Evaluation | None = None) -> None:

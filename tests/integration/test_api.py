@@ -266,6 +266,9 @@ def test_auditor_passes_over_the_original_and_references_once(tmp_path):
     parts = dict(forget=(x[f], y[f]), retain=(x[~f], y[~f]), test=(x, y))
     torch.manual_seed(0)
     original, refs, unlearned = Hand(c=3), [Hand(c=3) for _ in range(3)], [Hand(c=3), Hand(c=3)]
+    with torch.no_grad():  # untrained stand-ins for retrains: like a retrain, none predicts the forget class
+        for r in refs:
+            r.out.bias[0] = -100.0
     counts = [_counted(m) for m in (original, *refs)]
     auditor = uk.Auditor(original, refs, progress=False, **parts, **LIGHT)
     first = auditor.audit(unlearned[0])
@@ -273,7 +276,8 @@ def test_auditor_passes_over_the_original_and_references_once(tmp_path):
     second = auditor.audit(unlearned[1])
     assert [c[0] for c in counts] == after_first and all(n > 0 for n in after_first)
     assert len(auditor.cache) > 0
-    both = uk.audit(original, unlearned, refs, progress=False, **parts, **LIGHT)
+    # one-off audits draw from the Auditor's audit seed (else each draws its own, and its draws differ)
+    both = uk.audit(original, unlearned, refs, progress=False, audit_seed=auditor.config.audit_seed, **parts, **LIGHT)
     assert isinstance(both, list) and len(both) == 2 and all(isinstance(r, uk.AuditResult) for r in both)
     for shared, alone in ((first, both[0]), (second, both[1])):
         assert shared.verdict == alone.verdict
@@ -357,6 +361,8 @@ def test_flat_rows_and_a_plain_mlp_unlearn_and_audit(digits):
     mlp = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
     result = uk.unlearn(mlp, "gradient_ascent", forget=(x[f], y[f]), epochs=1, progress=False)
     assert isinstance(result.model, nn.Sequential) and result.model(x[:2]).shape == (2, 10)
-    report = uk.audit(mlp, result.model, copy.deepcopy(mlp), forget=(x[f], y[f]), retain=(x[~f], y[~f]),
+    torch.manual_seed(1)
+    reference = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))  # a stand-in: not the original
+    report = uk.audit(mlp, result.model, reference, forget=(x[f], y[f]), retain=(x[~f], y[~f]),
                       test=(digits.test.x.flatten(1), digits.test.y), progress=False, **LIGHT)
     assert report.verdict in VERDICTS and report.layer_names[-1] == "penultimate"

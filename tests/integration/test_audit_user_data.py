@@ -16,11 +16,13 @@ FAST = ["--no-resurface", "--n-splits", "2", "--device", "cpu", "--jobs", "1"]
 
 
 @pytest.fixture(scope="module")
-def user(tmp_path_factory, digits_original, digits_split):
-    """The user's files: a plain state dict of the session's digits model and the split's parts as tensor files
-    (normalised by the user's pipeline: here unlearnkit's normalisation applied once, by hand)."""
+def user(tmp_path_factory, digits_original, digits_retrain, digits_split):
+    """The user's files: plain state dicts of the session's digits model and a retrain (the reference), and the
+    split's parts as tensor files (normalised by the user's pipeline: here unlearnkit's normalisation applied
+    once, by hand)."""
     d = tmp_path_factory.mktemp("user-data")
     torch.save(digits_original.state_dict(), d / "w.pt")
+    torch.save(digits_retrain.state_dict(), d / "r.pt")
     for name, part in (("forget", digits_split.train_forget), ("retain", digits_split.train_retain),
                        ("test", digits_split.test)):
         x, y = part.normalize(part.x), part.y
@@ -30,7 +32,7 @@ def user(tmp_path_factory, digits_original, digits_split):
 
 def audit(user, out, *extra):
     w = str(user / "w.pt")
-    args = ["audit", "--original", w, "--unlearned", w, "--retrained", w, "--model", "small_cnn",
+    args = ["audit", "--original", w, "--unlearned", w, "--retrained", str(user / "r.pt"), "--model", "small_cnn",
             "--dataset", "digits", "--out", str(out), *FAST, *map(str, extra)]
     return runner.invoke(app, args)
 

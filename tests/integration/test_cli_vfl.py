@@ -25,9 +25,10 @@ def test_vfl_run_audits_the_transmitted_embeddings(tmp_path):
     r = invoke("run", "--config", cfg, "--out", tmp_path / "run", "--cache-dir", tmp_path / "cache", "--no-progress")
     assert r.exit_code == 0, r.output
     res = json.loads((tmp_path / "run" / "results.json").read_text())
-    # an architecture without a calibrated constant: 5 references by default, tolerances derived from them
-    tol = res["models"]["target"]["audit"]["task"]["tolerance"]
-    assert tol == {"references": 5, "calibrated_on": None, "source": "references"}
+    # 5 references by default, each recorded with its provenance (trained by the run)
+    refs = res["models"]["target"]["audit"]["references"]
+    assert len(refs) == 5 and len({r["sha256"] for r in refs}) == 5
+    assert all(r["source"] == "unlearnkit run" for r in refs)
     assert res["task"]["setting"] == "vfl" and res["task"]["parties"] == 2
     assert res["task"]["bottom"] == "mirage_bottom" and res["config"]["model"] == "mirage_bottom"
     assert res["task"]["transmitted"] == ["party0", "party1", "embedding"]

@@ -16,8 +16,9 @@ from unlearnkit.audit.probing import ProbeScores, clear_of, look_confidence, loo
 
 
 def test_looks_and_their_confidence_by_hand():
-    # default: looks at 5 and 10 resplits (n_splits 10), each at 1 - 0.05 / 2; Bonferroni: 2 x 0.05 / 2 = 0.05
-    cfg = AuditConfig()
+    # n_splits 10: looks at 5 and 10 resplits, each at 1 - 0.05 / 2; Bonferroni: 2 x 0.05 / 2 = 0.05
+    assert looks(AuditConfig()) == (5,)  # the default (n_splits 5): one look, the fixed design
+    cfg = AuditConfig(n_splits=10)
     assert looks(cfg) == (5, 10)
     assert look_confidence(cfg) == pytest.approx(1 - 0.05 / 2)
     assert looks(AuditConfig(n_splits=20)) == (5, 10, 20)
@@ -26,7 +27,7 @@ def test_looks_and_their_confidence_by_hand():
     # the maximum is n_splits; looks at or above it are dropped; one look is the fixed design at 95 %
     assert looks(AuditConfig(n_splits=10)) == (5, 10) and look_confidence(AuditConfig(n_splits=10)) == 0.975
     assert looks(AuditConfig(n_splits=5)) == (5,) and look_confidence(AuditConfig(n_splits=5)) == 0.95
-    assert looks(AuditConfig(resplit_looks=())) == (10,)
+    assert looks(AuditConfig(resplit_looks=())) == (5,) and looks(AuditConfig(n_splits=10, resplit_looks=())) == (10,)
     assert looks(AuditConfig(n_splits=12, resplit_looks=(3, 6))) == (3, 6, 12)
     for bad in [(5, 5), (10, 5), (1, 10)]:
         with pytest.raises(Exception, match="resplit_looks"):

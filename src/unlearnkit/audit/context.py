@@ -14,7 +14,6 @@ from torch import nn
 from .config import AuditConfig
 from .data import is_sample_level
 from .memo import AuditCache
-from .tolerance import calibrated_for
 
 
 @dataclass(frozen=True)
@@ -37,6 +36,12 @@ class AuditContext:
         and the configuration."""
         cache = cache if cache is not None else AuditCache()
         return cls(split, config, device, cache, (*cache.key(split), AuditCache.config_key(config)))
+
+    @property
+    def audit_seed(self) -> int:
+        """The audit seed every draw of the audit comes from (``config.audit_seed``, set by
+        :func:`unlearnkit.audit.core.audit` when it was None)."""
+        return int(self.config.audit_seed or 0)
 
     @property
     def sample_level(self) -> bool:
@@ -104,9 +109,3 @@ class ForwardPasses:
         """The layer of the per-model representation numbers and the head checks: ``penultimate`` when
         audited, else the deepest audited layer."""
         return "penultimate" if "penultimate" in self.layers else self.layers[-1]
-
-    @property
-    def calibrated_on(self) -> str | None:
-        """What the one-reference tolerance was calibrated on, when it holds for these models
-        (:func:`unlearnkit.audit.tolerance.calibrated_for`)."""
-        return calibrated_for(self.original, self.unlearned, *self.refs)

@@ -5,15 +5,23 @@
 1. **forward passes** (:func:`unlearnkit.audit.passes.forward_passes`): one pass per model over the
    split's three parts gives every layer's features and the logits; a model with non-finite weights
    or outputs stops the audit here (``collapsed``);
-2. **output numbers** (:func:`output_numbers`) and the **audit data** the probes read
+2. **references' integrity** (:mod:`unlearnkit.audit.integrity`): duplicates, the original or the audited
+   model given as a reference, or a reference that predicts the forget set, are refused;
+3. **output numbers** (:func:`output_numbers`) and the **audit data** the probes read
    (:mod:`unlearnkit.audit.data`);
-3. **per-layer measures** (:func:`layer_measures`): the verdict's statistics and Mirage's numbers
-   at every layer of both audit data, with each layer's tolerance;
-4. **penultimate numbers** (:func:`knn_numbers`, :func:`feature_distances`): EC's k-NN accuracy and
-   PURGE's feature distances;
-5. **resurfacing** (:func:`resurfacing_checks`): cheap attacks on copies of the models;
-6. **IDI** (:func:`idi_entry`), when asked for;
-7. **verdict** (:func:`unlearnkit.audit.verdict.decide`) over everything above.
+4. **per-layer measures** (:func:`layer_measures`): the deciding statistics and Mirage's numbers at every
+   layer of both audit data;
+5. **penultimate numbers** (:func:`knn_numbers`, :func:`feature_distances`): EC's k-NN accuracy and
+   PURGE's feature distances (reported);
+6. **relearning** (:mod:`unlearnkit.audit.relearning`) and the **resurfacing checks**
+   (:mod:`unlearnkit.audit.resurface`): attacks on copies of every model, from draws of the audit seed;
+7. **IDI** (:func:`idi_entry`), when asked for;
+8. **checks and verdict**: every deciding statistic judged by one rule (:mod:`unlearnkit.audit.checks`), then
+   :func:`unlearnkit.audit.verdict.decide`.
+
+Every draw (relearning shots, head re-fit shots, probe splits and landmarks, BatchNorm rows) comes from the
+**audit seed** ``config.audit_seed``: drawn fresh from the operating system when None, recorded in the report
+(``audit_seed``), so an audit can be repeated afterwards but not anticipated by the party audited.
 
 The audit never changes the models it is given and never imports ``unlearnkit.methods``: it does
 not know how a model was made. The report's PCA view is projected when it is drawn
@@ -21,11 +29,13 @@ not know how a model was made. The report's PCA view is projected when it is dra
 """
 from __future__ import annotations
 
+import dataclasses
 import math
+import secrets
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -35,38 +45,42 @@ from torch import nn
 from ..evaluation import output_metrics
 from ..metrics import fid_feat, knn_accuracy, mean_cosine_similarity
 from ..metrics.output_test import OutputTest, output_test_from_logits
+from .checks import judge_all
 from .config import BUDGET, AuditConfig
 from .context import AuditContext, ForwardPasses
 from .data import AuditData, audit_data, choose
 from .idi import idi_check
-from .layers import LayerResult, assign_margins, measure_data
+from .integrity import check_identities, check_predictions, provenance
+from .layers import LayerResult, assign_margins, measure_data, representation_measures
 from .memo import AuditCache
+from .outputs import output_measures
 from .passes import as_model_list, forward_passes
 from .probing import run_parallel
+from .relearning import relearn_plan, relearning_measures
 from .report import AuditReport
-from .resurface import ResurfaceResult, bn_recalibration_check, head_refit_check, head_relearn_check, relearn_check
-from .verdict import decide, measurements
+from .resurface import batchnorm_measures, head_refit_measures, head_relearn_measures
+from .verdict import KEPT_CKA, decide, measurements
 from .vfl import transmitted_diagnostics
 
-#: The resurfacing checks in the order they run and are reported; each runs when the
-#: :class:`AuditConfig` field of the same name is true.
-RESURFACING_CHECKS = (("bn_recalibration", bn_recalibration_check), ("head_refit", head_refit_check),
-                      ("head_relearn", head_relearn_check), ("relearn", relearn_check))
 IDI_OFF = ("not computed (AuditConfig.idi=False: it trains InfoNCE critics; `unlearnkit audit --idi` and "
            "`unlearnkit run --idi` compute it)")
 PLOT_ROWS = 2000  # rows of the PCA plot
 
 
 class _Stopwatch:
-    """The report's ``timing``: the seconds of each named stage since the previous one, and ``total_s``."""
+    """The report's ``timing``: the seconds of each named stage since the previous one, and ``total_s``;
+    each lap is said to ``say`` (progress per stage) when given."""
 
-    def __init__(self) -> None:
+    def __init__(self, say: Callable[[str], None] | None = None) -> None:
         self.start = self.last = time.perf_counter()
         self.laps: dict[str, float] = {}
+        self.say = say
 
-    def lap(self, name: str) -> None:
+    def lap(self, name: str, what: str = "") -> None:
         now = time.perf_counter()
         self.laps[name], self.last = now - self.last, now
+        if self.say is not None and what:
+            self.say(f"audit: {what} ({self.laps[name]:.1f} s)")
 
     def total(self) -> float:
         return time.perf_counter() - self.start
@@ -75,61 +89,123 @@ class _Stopwatch:
         return {**self.laps, "total_s": self.total()}
 
 
+def with_audit_seed(config: AuditConfig) -> AuditConfig:
+    """``config`` with its audit seed set: unchanged when given, else a fresh one from the operating system
+    (``secrets``: unknown before the audit, recorded after)."""
+    if config.audit_seed is not None:
+        return config
+    return dataclasses.replace(config, audit_seed=secrets.randbits(31))
+
+
 def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: Sequence[str] | None = None, *,
           config: AuditConfig = AuditConfig(), device=None, outputs: dict | None = None,
-          cache: AuditCache | None = None) -> AuditReport:
+          cache: AuditCache | None = None, references: list[dict] | None = None,
+          say: Callable[[str], None] | None = None) -> AuditReport:
     """Audit ``unlearned`` against ``original`` and the retrained reference(s) on ``split``.
 
-    ``retrained`` is one model or a list (retrained with different seeds: with two or more, each
-    layer's tolerance is derived from their spread, :mod:`unlearnkit.audit.tolerance`, and the MMD²
-    comparison and the output membership test run; one reference can flag a model but never certify
-    ``erased``). ``layers`` defaults to the model's audit
-    layers (stage outputs and ``penultimate``). ``outputs`` may pass precomputed
-    ``{"original": ..., "unlearned": ..., "retrained": [...]}`` from
-    :func:`unlearnkit.evaluation.model_outputs` (with every audit layer and the logits) to reuse a
-    forward pass; anything missing is computed. ``cache`` (an :class:`AuditCache` shared by the
-    audits of one run, with the same ``outputs`` objects for original and references) reuses
-    everything that does not depend on the unlearned model. Returns an :class:`AuditReport`; the
-    steps are listed in the module docstring.
-    """
-    clock = _Stopwatch()
+    ``retrained`` is one model or a list (retrained with different seeds, without the forget set: the verdict
+    compares the unlearned model with their spread; ``erased`` needs 2 or more, 5 to 8 recommended).
+    ``layers`` defaults to the model's audit layers (stage outputs and ``penultimate``). ``outputs`` may pass
+    precomputed ``{"original": ..., "unlearned": ..., "retrained": [...]}`` from
+    :func:`unlearnkit.evaluation.model_outputs` (with every audit layer and the logits) to reuse a forward pass;
+    anything missing is computed. ``cache`` (an :class:`AuditCache` shared by the audits of one run, with the
+    same ``outputs`` objects for original and references, and one audit seed in ``config``) reuses everything
+    that does not depend on the unlearned model. ``references``: what the caller knows of each reference
+    (seed, recipe, source), recorded with its sha256. ``say``: called with one line per finished stage.
+    Returns an :class:`AuditReport`; the steps are listed in the module docstring. A :class:`UserError` when
+    the references cannot be ones (:mod:`unlearnkit.audit.integrity`).
+
+    Why it is long: it is the audit's table of contents, one line per stage in the order they run, and the
+    report is assembled from the stages' results in one place; ``layers`` stays positional (its place in every
+    release's signature)."""
+    clock = _Stopwatch(say)
+    config = with_audit_seed(config)
+    refs = as_model_list(retrained)
+    shas = check_identities(original, unlearned, refs)
     ctx = AuditContext.for_run(split, config, device, cache)
-    passes = forward_passes(original, unlearned, as_model_list(retrained), layers, ctx, outputs)
+    passes = forward_passes(original, unlearned, refs, layers, ctx, outputs)
     if passes.broken:
         return _collapsed_report(passes, ctx, clock.total())
-    clock.lap("forward_s")
+    clock.lap("forward_s", "forward passes")
     outs = output_numbers(passes, split, config)
+    check_predictions([m["forget_acc"] for m in outs.per_reference], len(split.train_forget),
+                      config.not_forgotten_margin, config.confidence)
     datas = audit_data(split, config)
     rests_on, reason = choose(datas, split, config)
     clock.lap("output_metrics_s")
     results = layer_measures(datas, passes, ctx)
-    clock.lap("layers_s")
+    clock.lap("layers_s", "layer statistics")
     knn, distances = knn_numbers(passes, ctx), feature_distances(passes, ctx)
     clock.lap("knn_fid_s")
-    resurfacing = resurfacing_checks(passes, outs.unlearned["forget_acc"], ctx)
-    clock.lap("resurfacing_s")
+    measures, not_applicable, relearning = inside_measures(passes, ctx)
+    clock.lap("resurfacing_s", "relearning and resurfacing checks")
     idi = idi_entry(passes, ctx)
-    clock.lap("idi_s")
+    clock.lap("idi_s", "IDI" if config.idi else "")
     membership = output_membership(passes, split, config)
     utility = utility_loss(outs, config)
+    measures = output_measures(passes, split, ctx.sample_level) + representation_measures(results) + measures
+    checks = judge_all(measures, config)
     clock.lap("output_test_s")
-    measured = measurements(outputs_unlearned=outs.unlearned, outputs_retrained=outs.retrained,
-                            knn_unlearned=knn["unlearned"], knn_retrained=knn["retrained"], layers=results,
-                            rests_on=rests_on, n_forget={k: d.n_forget for k, d in datas.items()},
-                            sample_level=ctx.sample_level, resurfacing=resurfacing,
-                            n_train_forget=len(split.train_forget), config=config, output=membership,
-                            utility=utility)
+    kept = _kept_layers(results)
+    measured = measurements(outputs_unlearned=outs.unlearned, outputs_retrained=outs.retrained, checks=checks,
+                            n_forget={k: d.n_forget for k, d in datas.items()}, sample_level=ctx.sample_level,
+                            n_train_forget=len(split.train_forget), n_refs=len(passes.refs), config=config,
+                            utility=utility, kept_layers=kept, not_applicable=not_applicable)
     decision = decide(measured)
     return AuditReport(
         verdict=decision.verdict, evidence=decision.evidence, rests_on=rests_on, rests_on_reason=reason,
         output_test=membership, utility=utility,
         n_forget_needed=decision.n_forget_needed, layers=results,
         audit_data={k: d.summary() for k, d in datas.items()},
-        models=_models_entry(outs, knn, distances, len(passes.refs)), resurfacing=resurfacing, idi=idi,
+        models=_models_entry(outs, knn, distances, len(passes.refs)),
+        resurfacing={"relearning": relearning, "not_applicable": not_applicable}, idi=idi,
         config=config, sample_level=ctx.sample_level, penultimate=passes.penultimate,
         embedding=plot_sample(datas[rests_on], passes, config),
-        transmitted=transmitted_diagnostics(unlearned, results, measured), family=measured.comparisons,
-        timing=clock.timing(), task=_task(passes, results, rests_on, ctx))
+        transmitted=transmitted_diagnostics(unlearned, results, measured, rests_on), checks=tuple(checks),
+        timing=clock.timing(), task=_task(passes, ctx), references=provenance(shas, references),
+        references_needed=decision.references_needed)
+
+
+def inside_measures(passes: ForwardPasses, ctx: AuditContext) -> tuple[list, dict, dict]:
+    """The measures that attack copies of the models (relearning, head re-fit, head relearning, BatchNorm
+    recalibration; each when ``config`` turns it on), what did not apply and why, and the relearning's report
+    entry."""
+    config = ctx.config
+    plan, why = relearn_plan(ctx.split, config, ctx.audit_seed)
+    measures, not_applicable, report = [], {}, {}
+    if config.relearn:
+        if plan is None:
+            not_applicable["relearning"] = why
+        else:
+            got, report = relearning_measures(passes, ctx, plan)
+            measures += got
+    heads = []
+    for on, fn in ((config.head_refit, partial(head_refit_measures, passes, ctx)),
+                   (config.head_relearn, partial(head_relearn_measures, passes, ctx, plan))):
+        if on:
+            got, why_not = fn()
+            heads += got
+            if why_not:
+                not_applicable.setdefault("heads", why_not)
+    measures += heads
+    if config.bn_recalibration:
+        got, why_not = batchnorm_measures(passes, ctx)
+        measures += got
+        if why_not:
+            not_applicable["batchnorm"] = why_not
+    return measures, not_applicable, report
+
+
+def _kept_layers(results: dict[str, list[LayerResult]]) -> list[str]:
+    """Layers whose representation is the original's: CKA to the original >= :data:`KEPT_CKA` where the
+    references' is below it (on any audit data)."""
+    out = []
+    for rs in results.values():
+        for r in rs:
+            cu, cr = r.cka_original, r.cka_retrain_original
+            if math.isfinite(cu) and cu >= KEPT_CKA and (not math.isfinite(cr) or cr < KEPT_CKA):
+                out.append(r.layer)
+    return list(dict.fromkeys(out))
 
 
 # ------------------------------------------------------------------------------------------ the steps
@@ -192,9 +268,9 @@ def utility_loss(outs: OutputNumbers, config: AuditConfig) -> dict:
 def layer_measures(datas: dict[str, AuditData], passes: ForwardPasses,
                    ctx: AuditContext) -> dict[str, list[LayerResult]]:
     """Every audited layer's statistics on each audit data (:func:`unlearnkit.audit.layers.measure_data`),
-    with each layer's tolerances (:func:`unlearnkit.audit.layers.assign_margins`)."""
+    with each layer's reported ΔAUROC reference line (:func:`unlearnkit.audit.layers.assign_margins`)."""
     results = {name: measure_data(data, passes, ctx) for name, data in datas.items()}
-    assign_margins(results, len(passes.refs), ctx.config, passes.calibrated_on, ctx.sample_level)
+    assign_margins(results, len(passes.refs), ctx.config)
     return results
 
 
@@ -229,15 +305,6 @@ def feature_distances(passes: ForwardPasses, ctx: AuditContext) -> dict[str, dic
                      "fid_feat_to_original": 0.0, "cosine_to_original": 1.0},
         "retrained": retrained,
     }
-
-
-def resurfacing_checks(passes: ForwardPasses, forget_acc: float,
-                       ctx: AuditContext) -> dict[str, ResurfaceResult]:
-    """The resurfacing checks of :data:`RESURFACING_CHECKS` the configuration turns on, each on copies of
-    the unlearned model and the references (:mod:`unlearnkit.audit.resurface`); ``forget_acc`` is the
-    unlearned model's forget accuracy before any attack."""
-    return {name: check(passes, forget_acc, ctx) for name, check in RESURFACING_CHECKS
-            if getattr(ctx.config, name)}
 
 
 def idi_entry(passes: ForwardPasses, ctx: AuditContext) -> dict:
@@ -315,14 +382,11 @@ def _task_basics(split) -> dict:
             "n_train_forget": len(split.train_forget), "n_test_forget": len(split.test_forget)}
 
 
-def _task(passes: ForwardPasses, results: dict[str, list[LayerResult]], rests_on: str,
-          ctx: AuditContext) -> dict:
-    """The report's ``task`` entry: the task, the layers measured once under a deeper name, and where the
-    tolerances come from."""
-    last = results[rests_on][-1] if results[rests_on] else None
-    return {**_task_basics(ctx.split), "same_vector_layers": passes.same_as,
-            "tolerance": {"references": len(passes.refs), "calibrated_on": passes.calibrated_on,
-                          "source": last.tolerance.source if last and last.tolerance else None}}
+def _task(passes: ForwardPasses, ctx: AuditContext) -> dict:
+    """The report's ``task`` entry: the task, the layers measured once under a deeper name, the references and
+    the audit seed."""
+    return {**_task_basics(ctx.split), "same_vector_layers": passes.same_as, "references": len(passes.refs),
+            "audit_seed": ctx.audit_seed, "kept_margin": ctx.config.kept_margin}
 
 
 def _collapsed_report(passes: ForwardPasses, ctx: AuditContext, elapsed: float) -> AuditReport:

@@ -18,43 +18,47 @@ import numpy as np
 
 from ..checkpoints import atomic_write_text
 from ..markdown import markdown_table
-from ..plotting import LITERAL, literal_legend, literal_text, tolerance_band
+from ..plotting import LITERAL, literal_legend, literal_text
 from .report import AuditReport
-from .tables import html_table, idi_rows, layer_rows, model_rows, output_rows, resurface_rows
+from .tables import check_rows, html_table, idi_rows, layer_rows, model_rows, reference_rows, relearning_rows
 from .vfl import transmitted_html, transmitted_markdown
 
 EXPLAIN = [
-    ("ΔAUROC [CI]", "held-out AUROC (points) of a linear (LDA) discriminant telling forget from retained samples "
-                    "on this layer's features, unlearned − retrained, with the paired-resplit confidence interval; "
-                    "> 0 = the forget data are more recoverable than after retraining. Reported, not read by "
-                    "the verdict (it saturates)"),
-    ("orig. ΔAUROC", "the same for the original model: the positive control, what a model that kept the "
-                     "original representation scores"),
-    ("sep. ratio [CI]", "the unbiased Mahalanobis distance Δμᵀ Σ_w⁻¹ Δμ of forget vs retained features of the "
-                        "unlearned model divided by the retrained models', with its 95 % interval; 1 = like "
-                        "retrain. Read by the verdict, two-sided; no rescaling, permutation or mixing of units "
-                        "that leaves the model's function unchanged can move it"),
-    ("orig. sep. ratio", "the same for the original model (positive control)"),
+    ("checks", "every statistic the verdict reads, measured the same way on the unlearned model, the original and "
+               "each retrained reference, from draws of the audit seed: oriented so that more = more of the forgotten "
+               "data. 'kept [CI]' is the kept fraction (unlearned − references' mean) / (original − references' mean) "
+               "with its 95 % interval (0 = like the references, 1 = like the original); 'certified' = the interval "
+               "lies inside ± the margin (kept_margin); 'flagged above/below' = beyond the references' prediction "
+               "bound (Holm within the family); 'cannot test' = the original is not far enough from the references, "
+               "relative to their spread, for a retrain to be certified there"),
+    ("separability (check)", "log U, the Gaussian-unbiased Mahalanobis distance Δμᵀ Σ_w⁻¹ Δμ of forget vs retained "
+                             "features at a layer, floored at its own noise level; no rescaling, permutation or "
+                             "mixing of units that leaves the model's function unchanged can move it"),
+    ("kernel probe (check)", "log held-out d'² of a kernel Fisher discriminant (RBF or degree-2 polynomial kernel on "
+                             "whitened features, landmark rows and splits from the audit seed): a non-linear "
+                             "read-out of the forget rows, measured on rows it was not fitted on"),
+    ("relearning (check)", "mean log-odds of the true class on held-out forget rows after a few SGD steps of a "
+                           "canonical copy (unit-norm incoming weights, units sorted) from a few shots of each class, "
+                           "over a sweep of budgets and two learning rates; shots drawn from the audit seed"),
+    ("head re-fit / head relearning (check)", "a head re-fitted (LDA, one shot) or the model's own head relearnt "
+                                              "(SGD in whitened coordinates) on frozen penultimate features; mean "
+                                              "log-odds of the class on held-out forget rows"),
+    ("BatchNorm re-estimated (check)", "mean log-odds of the forget rows' labels after re-estimating every "
+                                       "BatchNorm's statistics on retained rows"),
+    ("output confidence / agreement (check)", "the mean logit-scaled confidence log(p_y / (1 − p_y)) on the forget "
+                                              "rows; and −atanh of its correlation, example by example, with the "
+                                              "other references' mean (outputs ordered as a retrain's?)"),
+    ("sep. ratio [CI]", "reported: U of the unlearned model over the references' mean, with an interval for the "
+                        "audit data's sampling noise (not the seed-to-seed spread, which the checks use)"),
+    ("ΔAUROC [CI]", "reported: held-out AUROC (points) of a linear (LDA) discriminant telling forget from retained "
+                    "samples, unlearned − retrained, paired over resplits (it saturates at 99 %+ for a retrain)"),
     ("LPR / ΔLPR", "Mirage's numbers, reported as the paper defines them: balanced accuracy (%) of its "
-                   "StandardScaler + logistic probe (mean over the resplits; 50 = no information) and its "
-                   "difference to retrain. Not read by the verdict"),
-    ("F", "Mirage's trace-form Fisher separability ‖μ_f − μ_r‖² / (Tr Σ_f + Tr Σ_r) of the unlearned model on "
-          "raw features. Not read by the verdict: rescaling one unit changes it"),
+                   "StandardScaler + logistic probe and its difference to retrain"),
     ("CKA orig. / CKA retr.", "linear CKA of this layer's standardised features to the original / retrained "
                               "model on the same samples (1 = the same representation up to rotation and "
                               "per-unit scale)"),
-    ("tolerance", "the separability ratio a layer may reach (either way) before it counts as a deviation: 2.2x with "
-                  "one reference on small_cnn, else derived from the spread of several retrained references"),
-    ("MMD² ratio [CI] / tolerance", "with 2 or more references: the unbiased kernel MMD² of forget vs retained "
-                                    "features (whitened, Gaussian kernel at the median distance) of the unlearned "
-                                    "model over the references' mean, Fieller's 95 % interval, and its tolerance "
-                                    "from the references' spread. Read by the verdict, two-sided; it sees any "
-                                    "difference of distributions, not only of means; 'saturated' = cannot decide"),
-    ("output membership test", "per forget example, the logit-scaled confidence log(p_y / (1 − p_y)) against a "
-                               "Gaussian fitted to the references (U-LiRA); mean z is the unlearned model's average "
-                               "deviation in the references' units, flagged outside the retrains' range "
-                               "(leave-one-reference-out prediction bound): above = not forgotten, below = "
-                               "over-forgotten. Read by the verdict; erased needs it within, the original outside"),
+    ("MMD² ratio [CI]", "reported when asked for (AuditConfig.mmd): the unbiased kernel MMD² of forget vs retained "
+                        "features over the references' mean, Fieller's 95 % interval"),
     ("k-NN", "cosine k-NN accuracy (%) of penultimate features against the training features (EC)"),
     ("FID_feat", "Fréchet distance of penultimate forget-set features to the retrained model's (PURGE; "
                  "audit.json also has the distance to the original's)"),
@@ -91,25 +95,27 @@ def audit_markdown(report: AuditReport) -> str:
     lines = [f"# Unlearning audit: **{d.get('verdict_line') or d['verdict']}**", "",
              f"{t['dataset']}, forget {t['forget']['kind']} "
              f"{t['forget']['classes'] or t['forget']['random'] or t['forget']['indices_file']}; "
-             f"{d['models']['retrained']['n']} retrained reference(s); CKA {d['cka']}.", "",
-             f"The verdict rests on the **{d['rests_on']}** data: {d['rests_on_reason']}.", "",
+             f"{d['models']['retrained']['n']} retrained reference(s); audit seed {d.get('audit_seed')} (repeat the "
+             f"audit with it); margin: kept fraction {d['checks']['kept_margin']:g}; CKA {d['cka']}.", "",
+             "The verdict reads both audit data (the training split's forget rows and, with a forgotten class, the "
+             f"test set); the tables show the **{d['rests_on']}** data first: {d['rests_on_reason']}.", "",
              "## Evidence", ""]
     lines += [f"- {e}" for e in d["evidence"]]
-    if output_rows(d):
-        lines += ["", "## Output membership test", ""] + markdown_table(*output_rows(d))
-    if d.get("n_forget_needed"):
-        lines += ["", f"Roughly {d['n_forget_needed']} forget samples would be needed to decide."]
+    if d.get("references_needed"):
+        lines += ["", f"About {d['references_needed']} references would decide, if the values stayed as measured."]
+    if check_rows(d):
+        lines += ["", "## What the verdict reads", ""] + markdown_table(*check_rows(d))
+    if relearning_rows(d):
+        lines += ["", "## Relearning (accuracy, reported)", ""] + markdown_table(*relearning_rows(d))
+    if reference_rows(d):
+        lines += ["", "## References", ""] + markdown_table(*reference_rows(d))
     for name, ad in d["audit_data"].items():
-        note = " (the verdict rests on it)" if name == d["rests_on"] else ""
-        lines += ["", f"## Layers, {name} data{note}", "",
+        lines += ["", f"## Layers, {name} data (reported)", "",
                   f"{ad['protocol']}: {ad['n_forget']} forget / {ad['n_retain']} retained samples.", ""]
         lines += markdown_table(*layer_rows(ad))
     lines += transmitted_markdown(d.get("transmitted"))
     lines += ["", "## Models", ""]
     lines += markdown_table(*model_rows(d))
-    if d["resurfacing"]:
-        lines += ["", "## Resurfacing checks", ""]
-        lines += markdown_table(*resurface_rows(d))
     lines += ["", "## IDI", "", idi_line(d)]
     if idi_rows(d):
         lines += [""] + markdown_table(*idi_rows(d))
@@ -167,37 +173,45 @@ def _intervals(ax, report: AuditReport, stat: str, drawable=lambda iv: True) -> 
                 label=f"original ({data} data)" if data == report.rests_on else None)
 
 
-def _per_layer_line(ax, values: list[float], **style) -> None:
-    """A step line holding each layer's value across its tick (a tolerance or reference line)."""
-    ax.step([i - 0.5 for i in range(len(values))] + [len(values) - 0.5], values + [values[-1]], where="post",
-            color="red", ls="--", lw=1, **style)
-
-
 def _draw_delta_auroc(ax, report: AuditReport) -> None:
-    """Layer-wise ΔAUROC with its CIs on both audit data, the original as positive control, and the
-    reference line (reported, not decided on)."""
+    """Layer-wise ΔAUROC with its CIs on both audit data and the original (reported, read by no rule)."""
     _intervals(ax, report, "delta_auroc")
-    _per_layer_line(ax, [r.auroc_margin for r in report.layers[report.rests_on]],
-                    label="reference line (not decided on)")
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(range(len(report.layer_names)), report.layer_names, **LITERAL)
     ax.set_ylabel("ΔAUROC vs retrain (points)")
-    ax.set_title(f"Layer-wise ΔAUROC (LDA probe), {report.config.confidence:.0%} CI — verdict: {report.verdict}")
+    ax.set_title(f"Layer-wise ΔAUROC (LDA probe, reported), {report.config.confidence:.0%} CI")
     literal_legend(ax.legend(fontsize=7))
 
 
-def _draw_separability(ax, report: AuditReport) -> None:
-    """The separability ratio to retrain per layer (log scale; the statistic the verdict reads) with its CIs,
-    the original, and each layer's tolerance band (``separability_margin``)."""
-    tolerance_band(ax, [r.separability_margin for r in report.layers[report.rests_on]])
-    _intervals(ax, report, "separability_ratio",
-               drawable=lambda iv: all(math.isfinite(v) and v > 0 for v in (iv.low, iv.high)))
-    ax.axhline(1, color="black", lw=0.8)
-    ax.set_yscale("log")
-    ax.set_xticks(range(len(report.layer_names)), report.layer_names, **LITERAL)
-    ax.set_ylabel("Mahalanobis separability / retrain's")
-    ax.set_title("Separability ratio to retrain per layer (read by the verdict)")
-    literal_legend(ax.legend(fontsize=7))
+_FAMILY_COLOUR = {"output": "tab:purple", "representation": "tab:blue", "relearning": "tab:orange",
+                  "heads": "tab:green", "batchnorm": "tab:brown"}
+
+
+def _draw_kept(ax, report: AuditReport) -> None:
+    """What the verdict reads: every testable check's kept fraction with its interval, coloured by family, the
+    margin band ±kept_margin and the original at 1; checks that cannot be tested are left out."""
+    cs = [c for c in report.checks if c.testable and math.isfinite(c.result.kept)]
+    margin = report.config.kept_margin
+    ax.axhspan(-margin, margin, color="tab:green", alpha=0.12, label=f"certified inside ±{margin:g}")
+    ax.axhline(0, color="black", lw=0.8)
+    ax.axhline(1, color="grey", lw=0.8, ls=":", label="the original (1)")
+    for fam, colour in _FAMILY_COLOUR.items():
+        pts = [(i, c) for i, c in enumerate(cs) if c.measure.family == fam]
+        if not pts:
+            continue
+        xs = [i for i, _ in pts]
+        ys = [c.result.kept for _, c in pts]
+        lo = [max(0.0, c.result.kept - c.result.kept_low) if math.isfinite(c.result.kept_low) else 0.0 for _, c in pts]
+        hi = [max(0.0, c.result.kept_high - c.result.kept) if math.isfinite(c.result.kept_high) else 0.0
+              for _, c in pts]
+        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", ms=3, capsize=2, color=colour, label=fam)
+    ax.set_xticks(range(len(cs)), [f"{c.measure.name[:18]} {c.measure.layer or ''} {c.measure.data[:2]}"
+                                   for c in cs], rotation=90, fontsize=6, **LITERAL)
+    lim = max([1.2] + [abs(c.result.kept) + 0.2 for c in cs if abs(c.result.kept) < 5])
+    ax.set_ylim(-lim, lim)
+    ax.set_ylabel("kept fraction of the original's excess")
+    ax.set_title(f"What the verdict reads: {len(cs)} testable checks — verdict: {report.verdict}")
+    literal_legend(ax.legend(fontsize=7, ncol=3))
 
 
 def _draw_cka(ax, report: AuditReport) -> None:
@@ -238,12 +252,12 @@ def _draw_embedding(axes, report: AuditReport) -> None:
 
 @literal_text
 def figures(report: AuditReport) -> dict[str, str]:
-    """Base64 PNGs: ``delta_auroc``, ``separability``, ``cka``, ``embedding``."""
+    """Base64 PNGs: ``kept``, ``delta_auroc``, ``cka``, ``embedding``."""
     import matplotlib.pyplot as plt  # lazy: heavy, and literal_text selects the Agg backend first
 
     figs = {}
-    for name, size, draw in (("delta_auroc", (7, 3.6), _draw_delta_auroc),
-                             ("separability", (7, 3.4), _draw_separability), ("cka", (7, 3.4), _draw_cka)):
+    for name, size, draw in (("kept", (9, 4.2), _draw_kept), ("delta_auroc", (7, 3.6), _draw_delta_auroc),
+                             ("cka", (7, 3.4), _draw_cka)):
         fig, ax = plt.subplots(figsize=size)
         draw(ax, report)
         figs[name] = _png(fig)
@@ -270,27 +284,26 @@ def audit_html(report: AuditReport) -> str:
         "td:first-child,th:first-child{text-align:left}"
         ".verdict{font-size:26px;font-weight:bold}</style></head><body>",
         f"<p class='verdict' style='color:{colour}'>Verdict: {html.escape(d.get('verdict_line') or d['verdict'])}</p>",
-        f"<p>The verdict rests on the <b>{html.escape(d['rests_on'])}</b> data: "
-        f"{html.escape(d['rests_on_reason'])}. CKA: {html.escape(d['cka'])}.</p>",
+        f"<p>The verdict reads both audit data; tables show the <b>{html.escape(d['rests_on'])}</b> data first: "
+        f"{html.escape(d['rests_on_reason'])}. Audit seed {d.get('audit_seed')}; margin: kept fraction "
+        f"{d['checks']['kept_margin']:g}. CKA: {html.escape(d['cka'])}.</p>",
         "<h2>Evidence</h2><ul>" + "".join(f"<li>{html.escape(e)}</li>" for e in d["evidence"]) + "</ul>",
-        ("<h2>Output membership test</h2>" + html_table(*output_rows(d))) if output_rows(d) else "",
-        f"<img alt='separability ratio per layer' src='data:image/png;base64,{figs['separability']}'>",
-        "<p>The separability ratio to retrain per layer, a statistic the verdict reads: the unlearned model with "
-        "its 95 % interval on each audit data, the original (grey x) as positive control, and each layer's "
-        "tolerance band (1/t to t around retrain's 1). The verdict compares the intervals with both edges of the "
-        "band.</p>",
+        f"<img alt='kept fraction per check' src='data:image/png;base64,{figs['kept']}'>",
+        "<p>What the verdict reads: every testable check's kept fraction (0 = like the retrained references, 1 = "
+        "like the original) with its 95 % interval; erased needs every interval inside the green band.</p>",
+        ("<h2>What the verdict reads</h2>" + html_table(*check_rows(d))) if check_rows(d) else "",
+        ("<h2>Relearning (accuracy, reported)</h2>" + html_table(*relearning_rows(d))) if relearning_rows(d) else "",
+        ("<h2>References</h2>" + html_table(*reference_rows(d))) if reference_rows(d) else "",
         f"<img alt='layer-wise delta AUROC' src='data:image/png;base64,{figs['delta_auroc']}'>",
         f"<img alt='CKA per layer' src='data:image/png;base64,{figs['cka']}'>",
     ]
     for name, ad in d["audit_data"].items():
-        parts.append(f"<h2>Layers, {html.escape(name)} data</h2><p>{html.escape(ad['protocol'])}: "
+        parts.append(f"<h2>Layers, {html.escape(name)} data (reported)</h2><p>{html.escape(ad['protocol'])}: "
                      f"{ad['n_forget']} forget / {ad['n_retain']} retained samples.</p>")
         parts.append(html_table(*layer_rows(ad)))
     parts.append(transmitted_html(d.get("transmitted")))
     parts.append("<h2>Models</h2>" + html_table(*model_rows(d)))
     parts.append(f"<img alt='PCA embedding' src='data:image/png;base64,{figs['embedding']}'>")
-    if d["resurfacing"]:
-        parts.append("<h2>Resurfacing checks</h2>" + html_table(*resurface_rows(d)))
     parts.append(f"<h2>IDI</h2><p>{html.escape(idi_line(d))}</p>")
     if idi_rows(d):
         parts.append(html_table(*idi_rows(d)))

@@ -46,9 +46,9 @@ def _iv(i: Interval | None) -> tuple[float | None, list | None]:
 
 
 def layer_dict(r: LayerResult) -> dict:
-    """One layer's numbers for JSON. The verdict reads ``separability_ratio`` and, with K >= 2 references,
-    ``mmd_ratio`` (invariant statistics); ``delta_auroc`` is reported beside them and
-    ``lpr``/``delta_lpr``/``separability`` are Mirage's, reported."""
+    """One layer's numbers for JSON. The verdict reads ``deciding`` (log U and the kernel probes, per model
+    role; judged in the report's ``checks``); ``separability_ratio``, ``delta_auroc`` and ``mmd_ratio`` are
+    reported beside them and ``lpr``/``delta_lpr``/``separability`` are Mirage's, reported."""
     d_lpr, d_lpr_ci = _iv(r.delta_lpr)
     d_o, d_o_ci = _iv(r.delta_lpr_original)
     d_au, d_au_ci = _iv(r.delta_auroc)
@@ -71,25 +71,22 @@ def layer_dict(r: LayerResult) -> dict:
         "separability_ratio": s_r, "separability_ratio_ci": s_r_ci,
         "separability_ratio_original": s_o, "separability_ratio_original_ci": s_o_ci,
         "cka_retrain_original": r.cka_retrain_original, "cka_between_retrained": r.cka_between_retrained,
-        "auroc_margin": r.auroc_margin, "separability_margin": r.separability_margin,
-        "margin_source": r.margin_source, "probed": r.probed,
+        "auroc_margin": r.auroc_margin, "probed": r.probed, "deciding": r.deciding,
         # adaptive resplitting: how many resplits each reported interval rests on, and its level
         "auroc_splits": r.auroc_splits, "lpr_splits": r.lpr_splits, "resplit_confidence": r.resplit_confidence,
-        "tolerance": r.tolerance.to_dict() if r.tolerance is not None else None,
         "mahalanobis_refs": list(r.mahalanobis_refs),
         "mmd": r.mmd, "mmd_original": r.mmd_original, "mmd_refs": list(r.mmd_refs),
         "mmd_ratio": m_r, "mmd_ratio_ci": m_r_ci, "mmd_ratio_original": m_o, "mmd_ratio_original_ci": m_o_ci,
         "mmd_ratio_status": r.mmd_ratio.status if r.mmd_ratio is not None else None,
-        "mmd_margin": r.mmd_margin,
-        "mmd_tolerance": r.mmd_tolerance.to_dict() if r.mmd_tolerance is not None else None,
     }
 
 
-FAMILY_NOTE = ("suppressed / overforgotten: any comparison's Holm-adjusted p-value (H0: within tolerance of "
-               "retrain, two-sided) below 1 - confidence, above / below retrain, over every comparison "
-               "(separability and, with K >= 2 references, MMD², at every layer) of both audit data; erased: "
-               "intersection-union equivalence test, every testable comparison's interval on the data the verdict "
-               "rests on inside its tolerance (testable: the original's interval is clear of it there)")
+RULE_NOTE = ("every deciding statistic is measured the same way on the unlearned model, the original and each "
+             "reference; flag: beyond the references' prediction bound, Holm within its family at the family's share "
+             "of 1 - confidence (suppressed above inside the model, not_forgotten above at the output, overforgotten "
+             "below); erased: every testable statistic's kept fraction (u - mean of references) / (original - mean "
+             "of references) inside (-kept_margin, kept_margin) by two one-sided t tests at 1 - confidence, on both "
+             "audit data, at least one testable at the output and one inside the model")
 
 
 def verdict_line(verdict: str, utility: dict | None) -> str:
@@ -123,7 +120,9 @@ class AuditReport:
     timing: dict = field(default_factory=dict)
     task: dict = field(default_factory=dict)
     transmitted: dict = field(default_factory=dict)  # VFL models: audit/vfl.py
-    family: tuple = ()  # verdict.Comparison: every test the verdict ran, with raw and Holm p-values
+    checks: tuple = ()  # checks.Check: every deciding statistic, judged (kept fraction, flag, Holm p-value)
+    references: list = field(default_factory=list)  # integrity.provenance: each reference's sha256 and source
+    references_needed: int | None = None  # inconclusive: references that would decide, if the values stayed
     output_test: Any = None  # metrics.output_test.OutputTest: the output membership test (None: no forget rows)
     utility: dict = field(default_factory=dict)  # core.utility_loss: the utility axis
 
@@ -159,9 +158,13 @@ class AuditReport:
             "audit_data": {name: {**self.audit_data[name], "layers": {r.layer: layer_dict(r) for r in rs}}
                            for name, rs in self.layers.items()},
             "models": self.models,
-            "resurfacing": {k: v.to_dict() for k, v in self.resurfacing.items()},
-            "tests": {"family": [c.to_dict() for c in self.family], "size": len(self.family),
-                      "correction": "holm", "alpha": 1.0 - self.config.confidence, "rule": FAMILY_NOTE},
+            "resurfacing": self.resurfacing,
+            "audit_seed": self.config.audit_seed,
+            "references_needed": self.references_needed,
+            "references": self.references,
+            "checks": {"items": [c.to_dict() for c in self.checks], "size": len(self.checks),
+                       "kept_margin": self.config.kept_margin, "correction": "holm within each family",
+                       "alpha": 1.0 - self.config.confidence, "rule": RULE_NOTE},
             "idi": self.idi,
             "cka": ("centered (Kornblith 2019), on standardised units" if self.config.center
                     else "uncentered (Mirage code)"),

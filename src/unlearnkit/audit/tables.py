@@ -25,30 +25,90 @@ def _ci(lo, hi, fmt="{:+.1f}") -> str:
 
 
 def layer_rows(d: dict) -> tuple[list[str], list[list[str]]]:
-    """(header, rows): one row per layer of ``d["layers"]`` (an audit data entry of audit.json)."""
+    """(header, rows): one row per layer of ``d["layers"]`` (an audit data entry of audit.json): the numbers
+    reported beside the deciding checks (:func:`check_rows`)."""
     mmd = any(v.get("mmd_ratio") is not None or v.get("mmd_ratio_status") for v in d["layers"].values())
-    header = ["layer", "ΔAUROC [CI]", "orig. ΔAUROC", "sep. ratio [CI]", "orig. sep. ratio", "LPR", "ΔLPR [CI]",
-              "F", "CKA orig.", "CKA retr.", "tolerance"]
+    header = ["layer", "sep. ratio [CI]", "orig. sep.", "ΔAUROC [CI]", "LPR", "ΔLPR [CI]", "CKA orig.", "CKA retr."]
     if mmd:
-        header += ["MMD² ratio [CI]", "orig. MMD² ratio", "MMD² tolerance"]
+        header += ["MMD² ratio [CI]", "orig. MMD²"]
     rows = []
     for name, v in d["layers"].items():
         aci = v.get("delta_auroc_ci") or [None, None]
         ci = v.get("delta_lpr_ci") or [None, None]
         sci = v.get("separability_ratio_ci") or [None, None]
         row = [
-            name, _f(v.get("delta_auroc"), "{:+.1f}") + _ci(*aci), _f(v.get("delta_auroc_original"), "{:+.1f}"),
-            _f(v["separability_ratio"]) + _ci(*sci, fmt="{:.2f}"), _f(v["separability_ratio_original"]),
-            _f(v["lpr"], "{:.1f}"), _f(v["delta_lpr"], "{:+.1f}") + _ci(*ci),
-            _f(v["separability"], "{:.3f}"), _f(v["cka_original"], "{:.3f}"), _f(v["cka_retrain"], "{:.3f}"),
-            f"{_f(v['separability_margin'])}x",
+            name, _f(v["separability_ratio"]) + _ci(*sci, fmt="{:.2f}"), _f(v["separability_ratio_original"]),
+            _f(v.get("delta_auroc"), "{:+.1f}") + _ci(*aci), _f(v["lpr"], "{:.1f}"),
+            _f(v["delta_lpr"], "{:+.1f}") + _ci(*ci), _f(v["cka_original"], "{:.3f}"), _f(v["cka_retrain"], "{:.3f}"),
         ]
         if mmd:
             status = v.get("mmd_ratio_status") or "ok"
             mci = v.get("mmd_ratio_ci") or [None, None]
             row += [(_f(v.get("mmd_ratio")) + _ci(*mci, fmt="{:.2f}")) if status == "ok" else status,
-                    _f(v.get("mmd_ratio_original")), f"{_f(v.get('mmd_margin'))}x"]
+                    _f(v.get("mmd_ratio_original"))]
         rows.append(row)
+    return header, rows
+
+
+def check_state(c: dict) -> str:
+    """What a check says, in a word or two: flagged above / below, certified, not shown, cannot test, reported."""
+    if c.get("flag"):
+        return f"flagged {c['flag']}"
+    if not c.get("decides", True):
+        return "reported"
+    if c.get("unmeasured"):
+        return "not measured"
+    if not c.get("testable"):
+        return "cannot test"
+    return "certified" if c.get("within") else "not shown"
+
+
+def check_rows(d: dict) -> tuple[list[str], list[list[str]]] | None:
+    """(header, rows): every deciding statistic (``d["checks"]["items"]``), its values on the unlearned model,
+    the original and the references, the kept fraction with its interval, and what it says; None when
+    nothing was judged."""
+    items = (d.get("checks") or {}).get("items") or []
+    if not items:
+        return None
+    header = ["family", "statistic", "where", "unlearned", "original", "references", "kept [CI]", "says"]
+    rows = []
+    for c in items:
+        refs = [v for v in c["references"] if v is not None]
+        rng = f"{min(refs):.2f}..{max(refs):.2f}" if refs else "n/a"
+        kci = c.get("kept_interval") or [None, None]
+        kept = (_f(c.get("kept"), "{:+.2f}") + _ci(*kci, fmt="{:+.2f}")) if c.get("kept") is not None else "n/a"
+        where = f"{c['layer']}, {c['data']}" if c.get("layer") else c["data"]
+        rows.append([c["family"], c["name"], where, _f(c.get("unlearned")), _f(c.get("original")), rng, kept,
+                     check_state(c)])
+    return header, rows
+
+
+def relearning_rows(d: dict) -> tuple[list[str], list[list[str]]] | None:
+    """(header, rows): relearning's accuracy (%) per held-out set and cell, for the unlearned model, the original
+    and the references' mean (reported beside the deciding log-odds), or None when it did not run."""
+    r = (d.get("resurfacing") or {}).get("relearning") or {}
+    acc = r.get("accuracy")
+    if not acc:
+        return None
+    cells = list(acc["unlearned"])
+    refs = [v for k, v in acc.items() if k.startswith("reference")]
+    header = ["relearning (accuracy %)", "unlearned", "original", "references (mean)", "references (max)"]
+    rows = []
+    for cell in cells:
+        vals = [v[cell] for v in refs if v.get(cell) is not None]
+        rows.append([cell, _f(acc["unlearned"].get(cell), "{:.1f}"), _f(acc["original"].get(cell), "{:.1f}"),
+                     _f(sum(vals) / len(vals) if vals else None, "{:.1f}"), _f(max(vals) if vals else None, "{:.1f}")])
+    return header, rows
+
+
+def reference_rows(d: dict) -> tuple[list[str], list[list[str]]] | None:
+    """(header, rows): each reference's provenance (sha256, source, seed, how it was trained)."""
+    refs = d.get("references") or []
+    if not refs:
+        return None
+    header = ["reference", "sha256", "source", "seed", "recipe"]
+    rows = [[str(i + 1), r.get("sha256", "")[:16], str(r.get("source", "")), str(r.get("seed", "")),
+             str(r.get("recipe", ""))[:40]] for i, r in enumerate(refs)]
     return header, rows
 
 
@@ -65,41 +125,6 @@ def model_rows(d: dict) -> tuple[list[str], list[list[str]]]:
                      _f(o["mia_efficacy"], "{:.1f}"), _f(o["mia_auc"], "{:.3f}"),
                      _f(m["knn"].get("test_forget"), "{:.1f}"), _f(m["knn"].get("test_retain"), "{:.1f}"),
                      _f(m["fid_feat_to_retrain"], "{:.3g}"), _f(m["cosine_to_original"], "{:.3f}")])
-    return header, rows
-
-
-def output_rows(d: dict) -> tuple[list[str], list[list[str]]] | None:
-    """(header, rows) of the output membership test (``d["output_test"]``: one row per aggregate), or None
-    when it did not run."""
-    o = d.get("output_test")
-    if not o:
-        return None
-    header = ["aggregate", "unlearned", "retrains' range", "original", "decision"]
-    if o["status"] in ("too_few_references", "degenerate") or not o.get("mean_z"):
-        return header, [["-", "", "", "", f"{o['status']} ({o['num_references']} reference(s))"]]
-    rows = []
-    for key, label in (("mean_z", "mean z (T1)"), ("log_var_ratio", "log mean z² (T2)")):
-        a = o[key]
-        lo = "-inf" if a["lower"] is None else _f(a["lower"], "{:+.2f}")
-        rows.append([label, _f(a["value"], "{:+.2f}"), f"[{lo}, {_f(a['upper'], '{:+.2f}')}]",
-                     _f(a["original"], "{:+.2f}"), "flagged" if a["flagged"] else "within"])
-    rows.append(["test", "", "", "flagged" if o["control"] else "within (no power)",
-                 f"{o['decision']} ({o['num_examples']} forget examples, {o['num_references']} references)"])
-    return header, rows
-
-
-def resurface_rows(d: dict) -> tuple[list[str], list[list[str]]]:
-    """(header, rows): one row per resurfacing check."""
-    header = ["check", "forget acc before", "after", "retrain after", "excess", "resurfaced", "decides", "how"]
-    rows = []
-    for name, r in d["resurfacing"].items():
-        decides = "yes" if r.get("in_verdict", True) else "no (reported)"
-        if not r["applicable"]:
-            rows.append([name, "", "", "", "", "n/a", decides, r["note"]])
-            continue
-        rows.append([name, _f(r["forget_acc_before"], "{:.1f}"), _f(r["forget_acc_after"], "{:.1f}"),
-                     _f(r["retrain_forget_acc_after"], "{:.1f}"), _f(r["excess"], "{:+.1f}"),
-                     "yes" if r["resurfaced"] else "no", decides, r["note"]])
     return header, rows
 
 

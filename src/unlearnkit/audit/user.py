@@ -39,6 +39,7 @@ from ..progress import bar
 from ..runtime import resolve_device
 from .config import AuditConfig
 from .core import audit as _audit
+from .core import with_audit_seed
 from .memo import AuditCache
 from .render import write_audit
 from .report import AuditReport
@@ -184,13 +185,15 @@ def _shared_layers(models: Sequence[nn.Module], example: torch.Tensor, layers: S
 
 def audit_split(original: nn.Module, unlearned: nn.Module, retrained: Sequence[nn.Module], split: UnlearningSplit,
                 *, layers: Sequence[str] | None = None, config: AuditConfig = AuditConfig(),
-                device: torch.device) -> AuditResult:
+                device: torch.device, references: list[dict] | None = None, say=None) -> AuditResult:
     """The audit of ``unlearned`` against ``original`` and ``retrained`` on ``split``. Models without audit
-    layers get them from one probe batch; the same layers must exist in every model (one architecture)."""
+    layers get them from one probe batch; the same layers must exist in every model (one architecture).
+    ``references``: each reference's provenance (seed, recipe, source); ``say``: one line per finished stage."""
     models = [_on(m, device) for m in (original, unlearned, *retrained)]
     example = (split.train_retain if len(split.train_retain) else split.train_forget).x[:4].to(device)
     found = _shared_layers(models, example, layers)
-    report = _audit(models[0], models[1], models[2:], split, layers=found, config=config, device=device)
+    report = _audit(models[0], models[1], models[2:], split, layers=found, config=config, device=device,
+                    references=references, say=say)
     return AuditResult.of(report)
 
 
@@ -220,7 +223,9 @@ class Auditor:
         original, refs, ref_roles = check_model(original, "original"), _references(retrained), _roles(retrained)
         # NaN weights of the original or a reference: refused now, named (a broken unlearned model is "collapsed")
         require_finite_models(original=original, retrained=retrained)
-        self.config = _audit_config(config, config_overrides)
+        # one audit seed for every model this auditor audits (the references' numbers are computed once); a fresh
+        # one when the config has none: the party audited cannot know the draws in advance
+        self.config = with_audit_seed(_audit_config(config, config_overrides))
         for name, part in (("forget", forget), ("retain", retain), ("test", test)):
             if part is None:
                 raise UserError(f"{name} is required: the audit compares the models on the forget set, the "
@@ -291,9 +296,10 @@ def audit(original: nn.Module, unlearned, retrained, *, forget, retain, test, la
     """Did ``unlearned`` really forget ``forget``? The representation audit of the user's models on the user's data.
 
     Compares ``unlearned`` with ``original`` and with models retrained without ``forget``, layer by layer,
-    and returns an :class:`AuditResult`: ``.verdict`` (``erased``, ``suppressed``, ``collapsed``,
-    ``not_forgotten``, ``inconclusive``), ``.evidence`` (plain words), every number behind it, and
-    ``.save(dir)`` (audit.json / .md / .html).
+    and returns an :class:`AuditResult`: ``.verdict`` (``erased``, ``suppressed``, ``overforgotten``,
+    ``collapsed``, ``not_forgotten``, ``inconclusive``), ``.evidence`` (plain words), every number behind it, and
+    ``.save(dir)`` (audit.json / .md / .html). Every draw of the audit (relearning shots, probe splits) comes
+    from a fresh audit seed unless ``audit_seed=`` (or ``config``) gives one; it is recorded in the result.
 
     Args:
         original: the model before unlearning (any ``nn.Module`` returning ``[batch, classes]`` logits, or
@@ -301,9 +307,10 @@ def audit(original: nn.Module, unlearned, retrained, *, forget, retain, test, la
         unlearned: the unlearned model, or a list of them (then a list of results: the original's and the
             references' passes and numbers are computed once, see :class:`Auditor`). The result of
             :func:`unlearnkit.unlearn` is taken as its ``.model``.
-        retrained: one model retrained without ``forget``, or a list (different seeds: with two or more,
-            each layer's tolerance comes from their spread; one certifies ``erased`` only on the
-            calibrated small CNN).
+        retrained: a list of models retrained without ``forget`` (different seeds, the same recipe as the
+            original; 5 to 8 recommended: the verdict compares the unlearned model with their spread, and one
+            reference can flag but never certify ``erased``); duplicates, the original, or a model that still
+            predicts ``forget`` are refused.
         forget: the training rows to forget (required, as are retain and test).
         retain: the retained training rows.
         test: held-out rows none of the models trained on. Each of the three is a ``Dataset`` (of

@@ -9,8 +9,8 @@ features are the concatenated passive embeddings (``mirage_lib.py::extract_featu
 A VFL model (:mod:`unlearnkit.models.vfl`) lists those taps in ``unlearnkit_transmitted`` (each
 party's embedding and their concatenation, ``embedding``); the audit measures them like every other
 layer, and this module pulls them out: their numbers on the data the verdict rests on, and which of
-them the verdict flags (Holm-adjusted p below 1 − confidence on the data the verdict rests on,
-the very comparisons :func:`unlearnkit.audit.verdict.suppressed` reads). Nothing is measured twice. Models without
+them the verdict flags (a representation check flagged above the references on the data shown,
+the very checks :func:`unlearnkit.audit.verdict.suppressed` reads). Nothing is measured twice. Models without
 the attribute get an empty dict (no section).
 """
 from __future__ import annotations
@@ -27,14 +27,16 @@ from .tables import html_table, layer_rows
 from .verdict import Measurements
 
 
-def transmitted_diagnostics(model: nn.Module, results: dict[str, list[LayerResult]], m: Measurements) -> dict:
+def transmitted_diagnostics(model: nn.Module, results: dict[str, list[LayerResult]], m: Measurements,
+                            rests_on: str) -> dict:
     """``{"layers", "data", "flagged", "summary", "per_layer"}`` for a VFL model, else ``{}``."""
-    rests_on, sample_level = m.rests_on, m.sample_level
+    sample_level = m.sample_level
     names = [n for n in transmitted_layers(model) if any(r.layer == n for r in results[rests_on])]
     if not names:
         return {}
     rows = {r.layer: r for r in results[rests_on] if r.layer in names}
-    flagged = sorted({c.layer for c in m.on(rests_on) if c.layer in rows and c.p_holm < m.alpha},
+    flagged = sorted({c.measure.layer for c in m.checks if c.measure.family == "representation"
+                      and c.measure.data == rests_on and c.measure.layer in rows and c.flag == "above"},
                      key=names.index)
     what = "the forget samples" if sample_level else "the forgotten class"
     if flagged:
@@ -46,7 +48,7 @@ def transmitted_diagnostics(model: nn.Module, results: dict[str, list[LayerResul
                    f"{worst.separability_ratio.value:.2f}x retrain's (Mahalanobis)")
     else:
         e = rows.get("embedding") or rows[names[-1]]
-        summary = (f"no transmitted embedding separates {what} beyond retrain's tolerance ({e.layer}: LPR "
+        summary = (f"no transmitted embedding separates {what} beyond retrain's ({e.layer}: LPR "
                    f"{e.lpr:.1f}% vs retrain's {e.lpr_retrained:.1f}%, separability {e.separability_ratio.value:.2f}x "
                    f"retrain's)" if e.probed else "the transmitted embeddings could not be probed (too few samples)")
     return {"layers": names, "data": rests_on, "flagged": flagged, "summary": summary,

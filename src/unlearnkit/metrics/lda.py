@@ -50,42 +50,29 @@ import torch
 from scipy import stats
 from torch import Tensor
 
-REL_TOL = 1e-9
-
-
-def _standardise(x: Tensor, ref: Tensor) -> tuple[Tensor, Tensor]:
-    """(mean, 1/std) of ``ref``'s units (1/std = 0 for a unit of zero variance)."""
-    mean = ref.mean(0)
-    std = (ref - mean).pow(2).mean(0).sqrt()
-    live = std > 1e-12 * std.max().clamp_min(1e-300)
-    return mean, torch.where(live, 1.0 / std.clamp_min(1e-300), torch.zeros_like(std))
-
-
-def _inverse_root(s: Tensor, rel_tol: float) -> Tensor:
-    """V Λ^{-1/2} over the eigen-directions of the symmetric ``s`` above ``rel_tol`` x the largest."""
-    evals, evecs = torch.linalg.eigh(s)
-    keep = evals > rel_tol * evals.max().clamp_min(1e-300)
-    return evecs[:, keep] / evals[keep].sqrt()
+from .prepare import DEAD, REL_TOL, inverse_root, live_units, prepare
 
 
 def whiten(x: Tensor, rel_tol: float = REL_TOL) -> tuple[Tensor, Tensor]:
-    """(mean, W) such that (x − mean) @ W has identity covariance (ddof 0) on the kept directions."""
-    x = x.to(torch.float64)
-    mean, inv_std = _standardise(x, x)
-    z = (x - mean) * inv_std
-    return mean, inv_std[:, None] * _inverse_root(z.T @ z / x.shape[0], rel_tol)
+    """(mean, W) such that (x − mean) @ W has identity covariance (ddof 0) on the kept directions: the one
+    feature preparation (:func:`unlearnkit.metrics.prepare.prepare`) as a linear map (dead units' rows 0)."""
+    prep = prepare(x, rel_tol=rel_tol)
+    return prep.mean, prep.matrix()
 
 
 def within_whitening(x: Tensor, is_forget: Tensor, ridge: float = 0.01, rel_tol: float = REL_TOL) -> Tensor:
-    """W such that Wᵀ (Σ_w + ridge · Σ_t) W = I on the kept directions (see the module docstring)."""
-    x = x.to(torch.float64)
-    y = is_forget.to(device=x.device, dtype=torch.bool)
-    mean, inv_std = _standardise(x, x)
-    z = (x - mean) * inv_std
+    """W such that Wᵀ (Σ_w + ridge · Σ_t) W = I on the kept directions (see the module docstring), live units
+    standardised by :func:`unlearnkit.metrics.prepare.prepare`."""
+    prep = prepare(x, whiten=False)
+    z = prep.standardised(x)
+    y = is_forget.to(device=z.device, dtype=torch.bool)
     zw = torch.cat([z[y] - z[y].mean(0), z[~y] - z[~y].mean(0)])
-    n = x.shape[0]
+    n = z.shape[0]
     s = (zw.T @ zw) / n + ridge * (z.T @ z) / n
-    return inv_std[:, None] * _inverse_root(s, rel_tol)
+    root = inverse_root(s, rel_tol) if z.shape[1] else torch.zeros(0, 0, dtype=torch.float64)
+    w = torch.zeros(prep.mean.numel(), root.shape[1], dtype=torch.float64, device=z.device)
+    w[prep.live] = root / prep.std[prep.live, None]
+    return w
 
 
 def mahalanobis_separability(x: Tensor, is_forget: Tensor, ridge: float = 0.01,
@@ -133,19 +120,48 @@ def heldout_auroc(x: Tensor, is_forget: Tensor, train: Tensor, test: Tensor,
     return torch.stack(out)
 
 
+@dataclass(frozen=True)
+class HeadScore:
+    """How well a re-fitted or relearnt head recognises the queries' own (forgotten) class: ``accuracy`` (%),
+    ``log_odds``, the mean over queries of the head's log-odds of the query's class, log(p_y / (1 − p_y))
+    (the challenge's logit-scaled confidence, :func:`unlearnkit.metrics.forgetting_quality.logit_scaled_confidence`:
+    a continuous score that does not stop at 0 % when the head is far from the class), and ``probability``, the
+    mean p_y (a soft accuracy, in [0, 1])."""
+
+    accuracy: float
+    log_odds: float
+    probability: float = math.nan
+
+
+def _head_score(scores: Tensor, labels: Tensor, queries_y: Tensor) -> HeadScore:
+    """:class:`HeadScore` of per-class ``scores`` (logits; columns labelled ``labels``) of the queries."""
+    from .forgetting_quality import logit_scaled_confidence
+
+    col = torch.searchsorted(labels, queries_y.to(labels.dtype))
+    col = col.clamp_max(len(labels) - 1)
+    known = labels[col] == queries_y.to(labels.dtype)
+    if not bool(known.all()):
+        raise ValueError("every query's class must be a class of the head")
+    acc = float((labels[scores.argmax(1)] == queries_y.to(labels.dtype)).to(torch.float64).mean() * 100.0)
+    phi = logit_scaled_confidence(scores, col)
+    return HeadScore(acc, float(np.mean(phi)), float(np.mean(1.0 / (1.0 + np.exp(-phi)))))
+
+
 class FewShotHead:
     """The retained side of :func:`fewshot_recovery`, computed once for many draws of the shots.
 
-    What a draw changes is only the shots (a few rows), so the retained rows' mean, scatter about it and
-    within-class scatter are kept in feature coordinates (float64) and each draw's standardisation and
-    metric are formed from them: with D = diag(1/std of retain + shots) and mean m of retain + shots,
-    the metric is D (W / n_r + ridge · T / n) D, W the retained within-class scatter and
+    What a draw changes is only the shots (a few rows), so the retained rows' mean, scatter about it,
+    within-class scatter and each unit's largest magnitude are kept in feature coordinates (float64) and
+    each draw's preparation and metric are formed from them: the units are those live on retain + shots by
+    the one dead-unit rule (:func:`unlearnkit.metrics.prepare.live_units`: each unit's spread against its
+    *own* largest magnitude), standardised by D = diag(1/std of retain + shots) about the mean m of retain +
+    shots, and the metric is D (W / n_r + ridge · T / n) D, W the retained within-class scatter and
     T = C_r + n_r (μ_r − m)(μ_r − m)ᵀ + Σ_shots (x − m)(x − m)ᵀ the scatter of retain + shots about m
-    (C_r: the retained scatter about μ_r). The same numbers as standardising the stacked rows each time
-    (a test compares them), at O(d²) per draw instead of O(n d²)."""
+    (C_r: the retained scatter about μ_r). The same numbers as preparing the stacked rows each time (a test
+    compares them), at O(d²) per draw instead of O(n d²)."""
 
     def __init__(self, retain: Tensor, retain_y: Tensor, *, ridge: float = 0.01, rel_tol: float = REL_TOL) -> None:
-        xr = retain.to(torch.float64)
+        xr = torch.nan_to_num(retain.to(torch.float64), nan=0.0, posinf=0.0, neginf=0.0)
         self.ridge, self.rel_tol, self.n = ridge, rel_tol, xr.shape[0]
         self.classes = torch.unique(retain_y)
         self.class_means = torch.stack([xr[retain_y == c].mean(0) for c in self.classes])
@@ -154,26 +170,32 @@ class FewShotHead:
         self.mean = xr.mean(0)
         centred = xr - self.mean
         self.scatter = centred.T @ centred
+        self.absmax = xr.abs().amax(0)
 
-    def recovery(self, shots: Tensor, shots_y: Tensor, queries: Tensor, queries_y: Tensor) -> float:
-        """:func:`fewshot_recovery` of these retained rows with ``shots`` and ``queries``."""
-        xs = shots.to(torch.float64)
+    def score(self, shots: Tensor, shots_y: Tensor, queries: Tensor, queries_y: Tensor) -> HeadScore:
+        """The :class:`HeadScore` of the head re-fitted with these retained rows and ``shots`` on ``queries``."""
+        xs = torch.nan_to_num(shots.to(torch.float64), nan=0.0, posinf=0.0, neginf=0.0)
         n_all = self.n + xs.shape[0]
         mean = (self.n * self.mean + xs.sum(0)) / n_all
         shift, cs = self.mean - mean, xs - mean
         total = self.scatter + self.n * torch.outer(shift, shift) + cs.T @ cs
         std = (total.diagonal() / n_all).clamp_min(0).sqrt()
-        live = std > 1e-12 * std.max().clamp_min(1e-300)
+        live = live_units(std, torch.maximum(self.absmax, xs.abs().amax(0)))
         inv_std = torch.where(live, 1.0 / std.clamp_min(1e-300), torch.zeros_like(std))
         metric = self.within / self.n + self.ridge * total / n_all
-        w = _inverse_root(inv_std[:, None] * metric * inv_std[None, :], self.rel_tol)
+        d = inv_std[live]
+        w = inverse_root(d[:, None] * metric[live][:, live] * d[None, :], self.rel_tol)
         forgotten = torch.unique(shots_y)
         means = torch.cat([self.class_means, torch.stack([xs[shots_y == c].mean(0) for c in forgotten])])
-        centres = ((means - mean) * inv_std) @ w
         labels = torch.cat([self.classes, forgotten])
-        q = ((queries.to(torch.float64) - mean) * inv_std) @ w
-        pred = labels[torch.cdist(q, centres).argmin(1)]
-        return float((pred == queries_y).to(torch.float64).mean() * 100.0)
+        order = torch.argsort(labels)
+        centres = (((means - mean)[:, live] * d) @ w)[order]
+        q = ((torch.nan_to_num(queries.to(torch.float64), nan=0.0, posinf=0.0, neginf=0.0) - mean)[:, live] * d) @ w
+        return _head_score(-0.5 * torch.cdist(q, centres).pow(2), labels[order], queries_y)
+
+    def recovery(self, shots: Tensor, shots_y: Tensor, queries: Tensor, queries_y: Tensor) -> float:
+        """:func:`fewshot_recovery` of these retained rows with ``shots`` and ``queries`` (percent)."""
+        return self.score(shots, shots_y, queries, queries_y).accuracy
 
 
 def fewshot_recovery(retain: Tensor, retain_y: Tensor, shots: Tensor, shots_y: Tensor, queries: Tensor,
@@ -184,68 +206,75 @@ def fewshot_recovery(retain: Tensor, retain_y: Tensor, shots: Tensor, shots_y: T
     ``shots_y``), nearest mean in the pooled within-class Mahalanobis metric of the retained data
     (LDA, equal priors), with the invariant ridge ``ridge`` x the covariance of retain + shots (a
     unit that is silent on every retained row but fires on the shots still counts). Units are
-    standardised by retain + shots first. Many draws of the shots on the same retained rows:
-    :class:`FewShotHead`."""
+    prepared on retain + shots first (:mod:`unlearnkit.metrics.prepare`'s dead-unit rule). Many draws of
+    the shots on the same retained rows, and the continuous log-odds score: :class:`FewShotHead`."""
     return FewShotHead(retain, retain_y, ridge=ridge, rel_tol=rel_tol).recovery(shots, shots_y, queries, queries_y)
 
 
 def head_relearn(retain: Tensor, shots: Tensor, shots_y: Tensor, queries: Tensor, queries_y: Tensor, *,
-                 weight: Tensor, bias: Tensor, steps: int = 10, lr: float = 0.01, momentum: float = 0.9,
-                 rel_tol: float = REL_TOL) -> float:
-    """Percent of ``queries`` (labels ``queries_y``) the model's own linear head predicts correctly
-    after ``steps`` full-batch SGD steps (cross-entropy, ``momentum``) on the ``shots``, with the body
-    frozen and the head written in coordinates whitened by the ``retain`` features.
+                 weight: Tensor, bias: Tensor, steps=10, lr: float = 0.01, momentum: float = 0.9,
+                 rel_tol: float = REL_TOL):
+    """How well the model's own linear head recognises the ``queries`` (labels ``queries_y``) after
+    ``steps`` full-batch SGD steps (cross-entropy, ``momentum``) on the ``shots``, with the body
+    frozen and the head written in coordinates whitened by the retained *and* shot features (one
+    preparation, :func:`unlearnkit.metrics.prepare.prepare`, fitted on ``retain`` and ``shots``: a unit that
+    is silent on every retained row but fires on the shots is kept). ``steps`` is a number (returns the
+    accuracy in percent, as before) or a sequence of budgets (returns a :class:`HeadScore` after each, one
+    SGD run).
 
-    The head ``weight`` (C x d), ``bias`` (C) read features h; with z = (h − μ) M white on the retained
-    rows, the same logits are z Vᵀ + c with V = W (M⁺)ᵀ, c = W μ + b, and SGD runs on (V, c). Written
-    so, the attack is the same for every invertible linear map of the features (the whitened
-    coordinates agree up to a rotation, and SGD commutes with rotations), unlike SGD on the raw
-    weights, whose step a rescaling of the features changes. A head that still points at a class
-    behind a suppressed bias relearns it in a few steps; a retrained head never learnt it."""
-    xr = retain.to(torch.float64)
-    mean, m = whiten(xr, rel_tol)
+    The head ``weight`` (C x d), ``bias`` (C) read features h; with z = (h − μ) M white on those rows, the
+    same logits are z Vᵀ + c with V = W (M⁺)ᵀ, c = W μ + b, and SGD runs on (V, c). Written so, the attack is
+    the same for every invertible linear map of the features (the whitened coordinates agree up to a
+    rotation, and SGD commutes with rotations), unlike SGD on the raw weights, whose step a rescaling of the
+    features changes. A head that still points at a class behind a suppressed bias relearns it in a few
+    steps; a retrained head never learnt it."""
+    budgets = [int(steps)] if isinstance(steps, (int, np.integer)) else sorted(int(b) for b in steps)
+    rows = torch.cat([retain.to(torch.float64), shots.to(torch.float64)])
+    prep = prepare(rows, rel_tol=rel_tol)
     # the head lives on the model's device (a GPU), the features on the CPU: the attack runs where they are
-    w, b = weight.detach().to(xr.device, torch.float64), bias.detach().to(xr.device, torch.float64)
-    v = (w @ torch.linalg.pinv(m).T).clone().requires_grad_(True)
-    c = (w @ mean + b).clone().requires_grad_(True)
-    x = (shots.to(torch.float64) - mean) @ m
+    w, b = weight.detach().to(rows.device, torch.float64), bias.detach().to(rows.device, torch.float64)
+    # z = ((h − μ)/σ)_live R, so the logits W h + b = z V^T + c with V = (W_live σ_live) R⁺ᵀ, c = W μ + b: the
+    # unit scales enter as the products W_live σ_live (exact for power-of-two rescalings; no pseudo-inverse of
+    # a matrix whose entries span 2^±120), R is the well-conditioned whitening of the correlation matrix
+    v = ((w[:, prep.live] * prep.std[prep.live]) @ torch.linalg.pinv(prep.rotation).T).clone().requires_grad_(True)
+    c = (w @ prep.mean + b).clone().requires_grad_(True)
+    x = prep.whitened(shots)
+    q = prep.whitened(queries)
+    labels = torch.arange(w.shape[0])
     opt = torch.optim.SGD([v, c], lr=lr, momentum=momentum)
-    with torch.enable_grad():
-        for _ in range(steps):
-            opt.zero_grad(set_to_none=True)
-            torch.nn.functional.cross_entropy(x @ v.T + c, shots_y).backward()
-            opt.step()
-    with torch.no_grad():
-        pred = (((queries.to(torch.float64) - mean) @ m) @ v.T + c).argmax(1)
-    return float((pred == queries_y).to(torch.float64).mean() * 100.0)
+    out, done = [], 0
+    for budget in budgets:
+        with torch.enable_grad():
+            while done < budget:
+                opt.zero_grad(set_to_none=True)
+                torch.nn.functional.cross_entropy(x @ v.T + c, shots_y).backward()
+                opt.step()
+                done += 1
+        with torch.no_grad():
+            out.append(_head_score(q @ v.T + c, labels, queries_y))
+    return out[0].accuracy if isinstance(steps, (int, np.integer)) else out
 
 
 # --- the audit's separability: a Gaussian-unbiased D² with leave-one-out values -----------------------
 
-#: A unit whose standard deviation is below this fraction of its own largest |value| is constant (dead).
-DEAD_UNIT = 1e-6
+#: A unit whose standard deviation is below this fraction of its own largest |value| is constant (dead):
+#: the one rule of :mod:`unlearnkit.metrics.prepare`.
+DEAD_UNIT = DEAD
 #: Fewer than this many residual degrees of freedom (n − p − 3) and D² is not estimated ("too_few_rows").
 MIN_DOF = 10
 
 
 def live_whitened(x: Tensor, rel_tol: float = REL_TOL) -> Tensor:
     """The rows of ``x`` (n x d) in coordinates where their total covariance (ddof 0) is the identity
-    and their mean is 0, on the kept directions (float64, n x p).
+    and their mean is 0, on the kept directions (float64, n x p): the one feature preparation
+    (:func:`unlearnkit.metrics.prepare.prepare`) fitted on ``x`` itself.
 
     A unit counts as dead when its spread is below :data:`DEAD_UNIT` x its *own* largest magnitude, a
     cut that no rescaling of that unit (or of any other unit) can move; live units are standardised,
     and eigen-directions of their correlation below ``rel_tol`` x the largest are dropped. So the result
     is the same, up to a rotation, for ``x`` and ``x A`` with any invertible ``A`` (rescaling by any
     power of two, permutation, mixing that is not near-singular)."""
-    x = torch.nan_to_num(torch.as_tensor(x).to(torch.float64), nan=0.0, posinf=0.0, neginf=0.0)
-    mean = x.mean(0)
-    xc = x - mean
-    std = xc.pow(2).mean(0).sqrt()
-    live = (std > DEAD_UNIT * x.abs().amax(0)) & (std > 0)
-    z = xc[:, live] / std[live]
-    if z.shape[1] == 0:
-        return z
-    return z @ _inverse_root(z.T @ z / x.shape[0], rel_tol)
+    return prepare(x, rel_tol=rel_tol).whitened(x)
 
 
 @dataclass
@@ -288,20 +317,22 @@ def _var_u(u: float, n: int, n1: int, n0: int, p: int) -> float:
     return float(a * a * (nu * p / (d2 * c)) ** 2 * v_f)
 
 
-def unbiased_separability(x, is_forget, *, rel_tol: float = REL_TOL, leave_one_out: bool = True) -> Separability:
+def unbiased_separability(x, is_forget, *, rel_tol: float = REL_TOL, leave_one_out: bool = True,
+                          prepared: bool = False) -> Separability:
     """:class:`Separability` of the forget rows (``is_forget``) against the others in features ``x``.
 
     Invariant to any invertible linear map of the features (:func:`live_whitened`). In whitened
     coordinates z (total covariance I) with group-mean difference δ and π = n_f·n_r/n², the pooled
     within-group covariance is I − π δδᵀ, so the plug-in distance is ‖δ‖² / (1 − π‖δ‖²): the
     groups are separated without overlap when π‖δ‖² reaches 1, which is reported as ``"separated"``,
-    never as a large finite number."""
+    never as a large finite number. ``prepared``: ``x`` is already whitened by
+    :func:`unlearnkit.metrics.prepare.prepare` (its own rows), as the audit passes it once for every statistic."""
     y = torch.as_tensor(np.asarray(is_forget), dtype=torch.bool)
     n1, n = int(y.sum()), int(y.numel())
     n0 = n - n1
     if n1 < 2 or n0 < 2:
         return Separability(math.nan, math.nan, 0, n1, n0, "too_few_rows")
-    z = live_whitened(torch.as_tensor(x), rel_tol)
+    z = torch.as_tensor(x, dtype=torch.float64) if prepared else live_whitened(torch.as_tensor(x), rel_tol)
     p = int(z.shape[1])
     if n - p - 3 < MIN_DOF:
         return Separability(math.nan, math.nan, p, n1, n0, "too_few_rows")
@@ -328,6 +359,14 @@ def unbiased_separability(x, is_forget, *, rel_tol: float = REL_TOL, leave_one_o
         si = (1.0 - n1i * n0i / (n - 1) ** 2 * dt2).clamp_min(1e-12)
         loo = _u_from(dt2 / si, n - 1, n1i, n0i, p).numpy()
     return Separability(u, _var_u(u, n, n1, n0, p), p, n1, n0, "ok", loo)
+
+
+def noise_floor(s: Separability) -> float:
+    """The standard deviation of U when the groups do not differ (Δ² = 0): the level below which a positive U
+    is not told apart from none (the same for every model with the same rows and dimension)."""
+    if s.status == "too_few_rows" or s.p == 0:
+        return math.nan
+    return math.sqrt(max(_var_u(0.0, s.n_forget + s.n_retain, s.n_forget, s.n_retain, s.p), 0.0))
 
 
 def _jack_cov(a: np.ndarray, b: np.ndarray, y: np.ndarray) -> float:

@@ -41,7 +41,8 @@ maximum mean discrepancy with a characteristic kernel sees every difference betw
   makes all rows equidistant) or a feature is not finite. :func:`ratio_interval` then returns an
   unbounded interval.
 
-Dead units: a unit is dropped when its standard deviation is at most ``DEAD_REL`` x its own largest
+Dead units (the one rule of :mod:`unlearnkit.metrics.prepare`): a unit is dropped when its standard deviation
+is at most ``DEAD_REL`` x its own largest
 absolute value (a cut that depends on that unit's scale alone, so rescaling a unit by 2**±100 cannot
 move it across the cut, unlike a cut relative to the largest unit).
 
@@ -74,10 +75,8 @@ import torch
 from scipy import stats
 from torch import Tensor
 
-#: eigen-directions of the standardised total covariance below this x the largest are dropped
-REL_TOL = 1e-9
-#: a unit whose std is at most this x its own largest |value| is dead (constant up to rounding)
-DEAD_REL = 1e-12
+from .prepare import REL_TOL, prepare
+
 #: default cap on the rows used per group (an n x n kernel of n ~ 2 x 1500 float64 fits in ~70 MB)
 MAX_ROWS = 1500
 #: between-group share of the whitened variance along the best direction at which the groups count as
@@ -145,17 +144,10 @@ def _numpy(x: Any) -> Any:
 
 
 def _whiten(x: Tensor, rel_tol: float) -> Tensor:
-    """Rows of ``x`` (n x d) standardised per live unit, then whitened by their total covariance (ddof 0):
-    n x p with identity covariance, p the kept directions."""
-    xc = x - x.mean(0)
-    std = xc.pow(2).mean(0).sqrt()
-    live = std > DEAD_REL * x.abs().amax(0)
-    z = xc[:, live] / std[live]
-    if z.shape[1] == 0:
-        return z
-    evals, evecs = torch.linalg.eigh(z.T @ z / z.shape[0])
-    keep = evals > rel_tol * evals.max().clamp_min(1e-300)
-    return z @ (evecs[:, keep] / evals[keep].sqrt())
+    """Rows of ``x`` (n x d) through the one feature preparation (:func:`unlearnkit.metrics.prepare.prepare`:
+    live units by their own scale, standardised, whitened by their total covariance, ddof 0): n x p with
+    identity covariance, p the kept directions."""
+    return prepare(x, rel_tol=rel_tol).whitened(x)
 
 
 def _sq_distances(z: Tensor) -> tuple[Tensor, Tensor]:

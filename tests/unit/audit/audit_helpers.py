@@ -75,16 +75,17 @@ def bn_masked(model, split, k=48, shift=10.0):
     return m
 
 
-FAST = dict(n_splits=5, bn_recalibration=False, head_refit=False, relearn=False)
+FAST = dict(n_splits=2, bn_recalibration=False, head_refit=False, head_relearn=False, relearn=False, audit_seed=11)
 
 
-def cached_audit(cache, key, *args, **kwargs):
+def cached_audit(reports, key, *args, **kwargs):
+    """``reports[key]``: the audit of ``args`` / ``kwargs``, computed once per session."""
     from unlearnkit.audit import audit
 
-    if key not in cache:
+    if key not in reports:
         with single_thread():
-            cache[key] = audit(*args, **kwargs)
-    return cache[key]
+            reports[key] = audit(*args, **kwargs)
+    return reports[key]
 
 
 # --- function-preserving reparametrisations of small_cnn (issue: "The verdict can be fooled") ---------
@@ -176,4 +177,28 @@ def mixed(model, seed=0):
     return m.float()
 
 
-REPARAMETRISATIONS = {"rescaled": rescaled, "permuted": permuted, "mixed": mixed}
+def pow2_rescaled(model, seed=0, bound=100):
+    """The channels of block1's first and block2's BatchNorm (weight and bias) and every fc1 unit multiplied by
+    2^e, e uniform in -bound..bound, the next layer's input divided by it: exact in float32, so the logits are
+    bit-identical (no weight carries two such factors: 2^±200 would leave float32's range)."""
+    m = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+
+    def factors(n):
+        return torch.pow(torch.tensor(2.0, dtype=torch.float64),
+                         torch.randint(-bound, bound + 1, (n,), generator=g).double()).float()
+
+    with torch.no_grad():
+        for bn, nxt in _bn_stages(m)[0::2]:  # block1's first and block2's: their next layers are not scaled
+            c = factors(bn.num_features)
+            bn.weight.mul_(c)
+            bn.bias.mul_(c)
+            nxt.weight.div_(c.view((1, -1) + (1,) * (nxt.weight.dim() - 2)))
+        c = factors(m.fc1[0].out_features)
+        m.fc1[0].weight.mul_(c[:, None])
+        m.fc1[0].bias.mul_(c)
+        m.fc.weight.div_(c[None, :])
+    return m
+
+
+REPARAMETRISATIONS = {"rescaled": rescaled, "permuted": permuted, "mixed": mixed, "pow2": pow2_rescaled}

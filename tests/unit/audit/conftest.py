@@ -75,26 +75,60 @@ def report_cache():
     return {}
 
 
+#: the audit seed of the tests' audits (fixed: a test must repeat; an audit of a user's model draws a fresh one)
+AUDIT_SEED = 11
+
+
+@pytest.fixture(scope="session")
+def refs5(audit_split, audit_cache, retrain0, retrain1, retrain2, retrain3):
+    """Five references (retrain seeds 0-4), as ``unlearnkit run --references 5`` trains them."""
+    return [retrain0, retrain1, retrain2, retrain3, _train("retrain", audit_split, 4, audit_cache)]
+
+
+@pytest.fixture(scope="session")
+def audit5(original, refs5, audit_split, report_cache):
+    """``audit5(key, model, **config)``: the audit of ``model`` against the five references with the default
+    settings (audit seed :data:`AUDIT_SEED`), the original's and the references' numbers shared through one
+    cache as in a run; each key computed once per session."""
+    from unlearnkit.audit import AuditConfig
+    from unlearnkit.audit.memo import AuditCache
+    from unlearnkit.evaluation import model_outputs
+    from unlearnkit.models.zoo import audit_layers
+
+    layers = audit_layers(original)
+    with single_thread():
+        outs = {"original": model_outputs(original, audit_split, layers),
+                "retrained": [model_outputs(r, audit_split, layers) for r in refs5]}
+    caches: dict = {}
+
+    def run(key, model, **config):
+        cfg = AuditConfig(**{"audit_seed": AUDIT_SEED, **config})
+        cache = caches.setdefault(AuditCache.config_key(cfg), AuditCache())
+        return cached_audit(report_cache, ("audit5", key), original, model, refs5, audit_split, config=cfg,
+                            cache=cache, outputs=outs)
+
+    return run
+
+
 @pytest.fixture(scope="session")
 def rep_erased(report_cache, original, retrain0, retrain1, audit_split):
-    """Another retrain seed against one reference, default config: within tolerance everywhere, but with one
-    reference the output membership test cannot run, so never certified erased."""
-    return cached_audit(report_cache, "erased", original, retrain1, retrain0, audit_split)
+    """Another retrain seed against one reference: one reference can flag at the output, never certify."""
+    from unlearnkit.audit import AuditConfig
+
+    return cached_audit(report_cache, "erased", original, retrain1, retrain0, audit_split,
+                        config=AuditConfig(audit_seed=AUDIT_SEED))
 
 
 @pytest.fixture(scope="session")
-def rep_erased5(report_cache, original, audit_split, audit_cache):
-    """Another retrain seed (5) against five references (0-4), default config: must be certified erased
-    (the retrains come through the model cache: seeds 0-3 are the fixtures' models)."""
-    refs = [_train("retrain", audit_split, seed, audit_cache) for seed in range(5)]
-    return cached_audit(report_cache, "erased5", original, _train("retrain", audit_split, 5, audit_cache), refs,
-                        audit_split)
+def rep_erased5(audit5, audit_split, audit_cache):
+    """Another retrain seed (5) against five references (0-4): a genuine held-out retrain."""
+    return audit5("retrain5", _train("retrain", audit_split, 5, audit_cache))
 
 
 @pytest.fixture(scope="session")
-def rep_suppressed(report_cache, original, retrain0, audit_split):
-    """The original with the forgotten class masked at the output, default config: never erased."""
-    return cached_audit(report_cache, "suppressed", original, masked_head(original), retrain0, audit_split)
+def rep_suppressed(audit5, original):
+    """The original with the forgotten class masked at the output, against five references: never erased."""
+    return audit5("masked", masked_head(original))
 
 
 @pytest.fixture(scope="session")
@@ -110,5 +144,8 @@ def tiny_split(audit_digits, tmp_path_factory):
 @pytest.fixture(scope="session")
 def rep_tiny(report_cache, original, tiny_split, audit_cache):
     """The original audited as "unlearned" against the retrain without the 3 samples."""
+    from unlearnkit.audit import AuditConfig
+
     retrain = _train("retrain", tiny_split, 0, audit_cache)
-    return cached_audit(report_cache, "tiny", original, original, retrain, tiny_split)
+    return cached_audit(report_cache, "tiny", original, original, retrain, tiny_split,
+                        config=AuditConfig(audit_seed=AUDIT_SEED))

@@ -44,7 +44,7 @@ def test_audit_does_not_mutate_models_and_removes_its_hooks(original, retrain0, 
     snaps = {id(m): _snapshot(m) for m in (original, unlearned, retrain0)}
     # resurfacing on: it must work on copies (BN statistics, SGD steps); uncentered CKA (Mirage)
     rep = audit(original, unlearned, retrain0, audit_split,
-                config=AuditConfig(n_splits=3, center=False, bn_samples=256, relearn_steps=3))
+                config=AuditConfig(n_splits=3, center=False, bn_samples=256, relearn_budgets=(2, 3)))
     for m in (original, unlearned, retrain0):
         _same(m, snaps[id(m)])
         _no_hooks(m)
@@ -116,7 +116,9 @@ def test_train_data_protocols(audit_split, tiny_split):
 
 
 @pytest.mark.parametrize("bad", [dict(audit_data="both"), dict(confidence=1.5), dict(n_splits=1),
-                                 dict(separability_margin=0.5), dict(ci_method="bootstrap"), dict(knn_k=0)])
+                                 dict(kept_margin=1.5), dict(recovery_margin=0.0), dict(audit_seed=-1),
+                                 dict(relearn_budgets=(5, 5)), dict(relearn_lrs=()), dict(ci_method="bootstrap"),
+                                 dict(knn_k=0)])
 def test_bad_config_is_a_user_error(bad):
     with pytest.raises(UserError):
         AuditConfig(**bad)
@@ -171,7 +173,7 @@ def test_shared_cache_changes_nothing_but_the_work(original, retrain0, retrain1,
     from unlearnkit.evaluation import model_outputs
     from unlearnkit.models.zoo import audit_layers
 
-    cfg = AuditConfig(n_splits=4, relearn_steps=3)
+    cfg = AuditConfig(n_splits=4, relearn_budgets=(3, 6), audit_seed=3)
     layers = audit_layers(original)
     out_o, out_r = (model_outputs(m, audit_split, layers) for m in (original, retrain0))
     cache = AuditCache()
@@ -197,12 +199,13 @@ def test_batched_probe_solver_agrees_with_sklearn(original, retrain0, audit_spli
     50 / (held-out rows of its side) points; the tolerance allows one per split (on the digits test
     data, 11 held-out forget rows: 4.5 points, so the split mean moves by up to 4.5 / J). The verdict
     does not read LPR and must not change with the solver."""
-    cfg = dict(n_splits=8, resplit_looks=(), bn_recalibration=False, head_refit=False, relearn=False)
+    cfg = dict(n_splits=8, resplit_looks=(), bn_recalibration=False, head_refit=False, head_relearn=False,
+               relearn=False, audit_seed=3)
     masked = masked_head(original)
     a = audit(original, masked, retrain0, audit_split, config=AuditConfig(probe_solver="sklearn", **cfg))
     b = audit(original, masked, retrain0, audit_split, config=AuditConfig(probe_solver="batched", **cfg))
     assert a.verdict == b.verdict
-    assert [(c.layer, c.value, c.p_holm) for c in a.family] == [(c.layer, c.value, c.p_holm) for c in b.family]
+    assert [c.to_dict() for c in a.checks] == [c.to_dict() for c in b.checks]  # the probe is reported only
     for data in a.layers:
         y = a.audit_data[data]
         held = min(round(y["n_forget"] * 0.3), round(y["n_retain"] * 0.3))

@@ -1,133 +1,69 @@
-"""No function-preserving change of a model may move the verdict (issue "The verdict can be fooled").
+"""No function-preserving change of a model may move what decides (issues "The verdict can be fooled", 42).
 
-A model handed to the audit can be the original up to a reparametrisation that leaves every
-prediction unchanged: a BatchNorm channel multiplied by c and the next layer divided by c, units
-permuted, or a stage's channels mixed by an invertible matrix that the next layer undoes. The
-trace-form separability of the old verdict fell 5.98x -> 0.78x under the first (the issue's review) and certified a
-masked original ``erased``. Here every number the verdict reads (each comparison's estimate,
-interval and p-values, and the resurfacing checks that enter it) and the verdict itself must be
-the same for the model and for its rescaled, permuted and mixed copies.
+A model handed to the audit can be the original up to a reparametrisation that leaves every prediction
+unchanged: BatchNorm channels or hidden units multiplied by c > 0 and the next layer divided by c, units
+permuted, or a stage's channels mixed by an invertible matrix that the next layer undoes. Every number the
+verdict reads (each check's value on the unlearned model: the representation, relearning on canonical copies,
+the head checks, BatchNorm re-estimation, the outputs) and the verdict itself must be the same for a model and
+its copies rescaled by powers of two (exactly: the logits are bit-identical) and permuted (up to float
+rounding). Mixing units is undone by the Mahalanobis separability only: the kernel probes read standardised
+units and relearning reads canonical copies, neither of which a mixing of units leaves unchanged (said in
+docs/audit.md); its separability numbers must agree.
 """
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
-from audit_helpers import REPARAMETRISATIONS, masked_head, single_thread
-
-from unlearnkit.audit import AuditConfig, audit
-from unlearnkit.audit.memo import AuditCache
+from audit_helpers import REPARAMETRISATIONS, masked_head
 
 pytestmark = pytest.mark.heavy  # trains the audit references and runs whole audits: `make test`, not test-fast
-CONFIG = AuditConfig(relearn=False)  # relearning is reported only (SGD is not reparametrisation-invariant)
 
 
-@pytest.fixture(scope="module")
-def shared(original, retrain0, audit_split):
-    from unlearnkit.evaluation import model_outputs
-    from unlearnkit.models.zoo import audit_layers
-
-    layers = audit_layers(original)
-    outs = {"original": model_outputs(original, audit_split, layers),
-            "retrained": [model_outputs(retrain0, audit_split, layers)]}
-    return AuditCache(), outs
+def _numbers(rep) -> dict:
+    return {(c.measure.family, c.measure.name, c.measure.layer, c.measure.data): c.measure.unlearned
+            for c in rep.checks}
 
 
-@pytest.fixture(scope="module")
-def audits(shared):
-    return {}
+def _close(a: float, b: float, rel: float) -> bool:
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return (math.isnan(a) and math.isnan(b)) or a == b
+    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-3)
 
 
-def _audit(key, model, original, retrain0, split, shared, audits):
-    if key not in audits:
-        cache, outs = shared
-        with single_thread():
-            audits[key] = audit(original, model, retrain0, split, config=CONFIG, cache=cache, outputs=outs)
-    return audits[key]
+@pytest.mark.parametrize("how,rel", [("pow2", 1e-9), ("permuted", 2e-3)])
+@pytest.mark.parametrize("case", ["masked", "retrain5", "original"])
+def test_rescaled_and_permuted_copies_read_the_same_numbers_and_verdict(case, how, rel, original, audit5,
+                                                                        audit_split, audit_cache):
+    from audit_helpers import _train
 
-
-def _read_by_the_verdict(rep) -> dict:
-    nums = {(c.data, c.layer, c.stat): (c.value, c.low, c.high, c.p, c.p_holm) for c in rep.family}
-    for name, r in rep.resurfacing.items():
-        if r.applicable and r.in_verdict:
-            nums[("resurfacing", name)] = (r.forget_acc_after, r.retrain_forget_acc_after)
-    return nums
-
-
-def _assert_same_numbers(a: dict, b: dict, label) -> None:
-    """Every number the verdict reads agrees between a model and its reparametrised copy."""
-    for k in a:
-        if k[0] == "resurfacing":
-            # percentages of ~2,600 head re-fit queries (130 forget rows x 20 draws): float32 rounding of a mixed
-            # copy's features can flip one query (0.04 points) on another CPU's kernels
-            # (ATEN_CPU_CAPABILITY=default measured it); 0.1 points still fails on any real change
-            assert b[k] == pytest.approx(a[k], rel=1e-3, abs=0.1), (label, k)
-            continue
-        # the log ratio, its interval and p-values: float32 rounding of a mixed copy's features, amplified by the
-        # whitening on the test data's 37 forget rows in 128 dimensions, moved a log ratio by 0.0075 under
-        # ATEN_CPU_CAPABILITY=avx2; it must stay within 5 % of the interval's half-width (a real change of the
-        # statistic moves it by far more), the p-values within 0.02
-        half = (a[k][2] - a[k][1]) / 2
-        assert b[k][:3] == pytest.approx(a[k][:3], abs=max(5e-3, 0.05 * half)), (label, k)
-        assert b[k][3:] == pytest.approx(a[k][3:], abs=0.02), (label, k)
-
-
-@pytest.mark.parametrize("how", sorted(REPARAMETRISATIONS))
-# one reference: a genuine retrain is within tolerance everywhere but "inconclusive" (no output membership test)
-@pytest.mark.parametrize("case,expected", [("masked", "suppressed"), ("retrain", "inconclusive"),
-                                           ("original", "not_forgotten")])
-def test_reparametrised_model_reads_the_same_numbers_and_verdict(case, expected, how, original, retrain0,
-                                                                 retrain1, audit_split, shared, audits):
-    base_model = {"masked": lambda: masked_head(original), "retrain": lambda: retrain1,
+    base_model = {"masked": lambda: masked_head(original), "retrain5": lambda: _train("retrain", audit_split, 5,
+                                                                                      audit_cache),
                   "original": lambda: original}[case]()
     changed = REPARAMETRISATIONS[how](base_model, seed=7)
     x = torch.cat([xb for xb, _ in audit_split.test.batches(512)])
     with torch.no_grad():
-        assert torch.equal(base_model.eval()(x).argmax(1), changed.eval()(x).argmax(1))  # same function
-    base = _audit(case, base_model, original, retrain0, audit_split, shared, audits)
-    rep = _audit(f"{case}-{how}", changed, original, retrain0, audit_split, shared, audits)
-    assert base.verdict == expected, base.summary()
-    assert rep.verdict == base.verdict, rep.summary()
-    a, b = _read_by_the_verdict(base), _read_by_the_verdict(rep)
-    assert a.keys() == b.keys() and len(a) >= 8
-    _assert_same_numbers(a, b, how)
-    if case == "masked" and how == "rescaled":
-        # the statistic the old verdict read is not invariant: it is reported, not decided on
-        pen_a, pen_b = base.layer("penultimate"), rep.layer("penultimate")
-        assert abs(pen_b.separability / pen_a.separability - 1) > 0.1
-        assert pen_b.cka_original == pytest.approx(1.0, abs=1e-4)  # CKA on standardised units
+        la, lb = base_model.eval()(x), changed.eval()(x)
+    assert torch.equal(la.argmax(1), lb.argmax(1))  # the same function
+    if how == "pow2":
+        assert torch.equal(la, lb)  # to the bit
+    base, rep = audit5(case, base_model), audit5(f"{case}-{how}", changed)
+    assert rep.verdict == base.verdict, (base.summary(), rep.summary())
+    a, b = _numbers(base), _numbers(rep)
+    assert a.keys() == b.keys() and len(a) >= 40
+    moved = {k: (a[k], b[k]) for k in a if not _close(a[k], b[k], rel)}
+    assert not moved, moved
 
 
-@pytest.fixture(scope="module")
-def mnist():
-    """mnist5k, class 3: the original and two retrains (about 50 s each to train on 2 cores; the slow
-    tier reuses the user's model cache, ``UNLEARNKIT_CACHE`` or ~/.cache/unlearnkit)."""
-    from unlearnkit import ForgetSpec, load_dataset, make_split
-    from unlearnkit.training import default_recipe, reference_model
-
-    split = make_split(load_dataset("mnist5k"), ForgetSpec(classes=(3,)))
-    recipe = default_recipe("mnist5k", "small_cnn")
-    with single_thread():
-        models = {(k, s): reference_model(k, split, "small_cnn", recipe, seed=s, progress=False).model
-                  for k, s in (("original", 0), ("retrain", 0), ("retrain", 1))}
-    return split, models
-
-
-@pytest.mark.slow
-# one reference: a genuine retrain is within tolerance everywhere but "inconclusive" (no output membership test)
-@pytest.mark.parametrize("case,expected", [("masked", "suppressed"), ("retrain", "inconclusive"),
-                                           ("original", "not_forgotten")])
-def test_reparametrised_mnist5k_models_read_the_same_numbers_and_verdict(case, expected, mnist):
-    split, models = mnist
-    original, retrain0 = models[("original", 0)], models[("retrain", 0)]
-    model = {"masked": lambda: masked_head(original), "retrain": lambda: models[("retrain", 1)],
-             "original": lambda: original}[case]()
-    reps = {}
-    for how in ("none", *sorted(REPARAMETRISATIONS)):
-        m = model if how == "none" else REPARAMETRISATIONS[how](model, seed=11)
-        with single_thread():
-            reps[how] = audit(original, m, retrain0, split, config=CONFIG)
-    assert reps["none"].verdict == expected, reps["none"].summary()
-    base = _read_by_the_verdict(reps["none"])
-    for how, rep in reps.items():
-        assert rep.verdict == expected, (how, rep.summary())
-        _assert_same_numbers(base, _read_by_the_verdict(rep), how)
+def test_mixing_units_leaves_the_separability(original, audit5):
+    base_model = masked_head(original)
+    base, rep = audit5("masked", base_model), audit5("masked-mixed", REPARAMETRISATIONS["mixed"](base_model, seed=7))
+    a, b = _numbers(base), _numbers(rep)
+    sep = [k for k in a if k[1] == "separability"]
+    assert len(sep) == 8
+    for k in sep:
+        # float32 rounding of a mixed copy's features, whitened on the test data's 37 forget rows in 128
+        # dimensions, moves log U by up to ~1e-2
+        assert b[k] == pytest.approx(a[k], abs=2e-2), k
+    assert rep.verdict != "erased"

@@ -50,12 +50,19 @@ def test_to_dict_follows_the_results_json_contract(rep_erased):
         assert {"test_forget", "test_retain"} <= set(d["models"][role]["knn"])
     assert d["models"]["unlearned"]["fid_feat_to_retrain"] >= 0.0
     assert -1.0 <= d["models"]["unlearned"]["cosine_to_original"] <= 1.0
-    assert set(d["resurfacing"]) == {"bn_recalibration", "head_refit", "head_relearn", "relearn"}
-    assert [k for k, v in d["resurfacing"].items() if not v["in_verdict"]] == ["head_relearn", "relearn"]
-    # the verdict's family: every (data, layer, statistic) with raw and Holm-adjusted p-values
-    tests = d["tests"]
-    assert tests["correction"] == "holm" and tests["size"] == len(tests["family"]) == 2 * 4
-    assert all(t["p"] <= t["p_holm"] <= 1.0 for t in tests["family"])
+    rl = d["resurfacing"]["relearning"]
+    assert rl["canonical"] and rl["plan"]["seed"] == d["audit_seed"] and rl["plan"]["held_out"]["test"] > 0
+    # every deciding statistic, judged: kept fraction, interval, flag bounds, Holm-adjusted p-value
+    checks = d["checks"]
+    assert checks["size"] == len(checks["items"]) and checks["kept_margin"] == 0.5
+    families = {c["family"] for c in checks["items"]}
+    assert families == {"output", "representation", "relearning", "heads", "batchnorm"}
+    for c in checks["items"]:
+        assert c["p"] <= c["p_holm"] <= 1.0 and len(c["references"]) == 1
+        assert not c["testable"] and not c["within"]  # one reference: nothing can be judged
+    rep_layers = {(c["layer"], c["data"]) for c in checks["items"] if c["family"] == "representation"}
+    assert len(rep_layers) == 8  # every layer of both audit data
+    assert len(d["references"]) == 1 and len(d["references"][0]["sha256"]) == 64
     assert d["cka"].startswith("centered")
 
 
@@ -66,7 +73,7 @@ def test_missing_numbers_become_none_not_nan(rep_tiny):
     assert d["models"]["unlearned"]["outputs"]["test_forget_acc"] is None
     assert d["models"]["unlearned"]["knn"]["test_forget"] is None
     assert "test" not in d["audit_data"]
-    assert d["n_forget_needed"] >= 10
+    assert d["n_forget_needed"] >= 10 and d["verdict"] == "inconclusive"
 
 
 def test_write_audit_writes_json_markdown_and_self_contained_html(rep_suppressed, tmp_path):
@@ -75,13 +82,15 @@ def test_write_audit_writes_json_markdown_and_self_contained_html(rep_suppressed
     assert json.loads(paths["json"].read_text()) == json.loads(json.dumps(rep_suppressed.to_dict()))
     md = paths["md"].read_text()
     assert "# Unlearning audit: **suppressed**" in md
-    assert md.count("| layer | ΔAUROC [CI] | orig. ΔAUROC |") == 2  # one table per audit data
+    assert md.count("| layer | sep. ratio [CI] |") == 2  # one table per audit data
+    assert "## What the verdict reads" in md and "| family | statistic | where |" in md
     for layer in ("block1", "block2", "block3", "penultimate"):
-        assert f"| {layer} |" in md
-    assert "## What each number means" in md and "**ΔAUROC [CI]**" in md and "**sep. ratio [CI]**" in md
+        assert f"| {layer} |" in md and f"| {layer}, train |" in md
+    assert "## What each number means" in md and "**checks**" in md and "**sep. ratio [CI]**" in md
+    assert "## References" in md and f"audit seed {rep_suppressed.config.audit_seed}" in md
     html = paths["html"].read_text()
     imgs = html.split("src='data:image/png;base64,")[1:]
-    assert len(imgs) == 4  # ΔLPR with CIs, separability ratio, CKA per layer, PCA embedding
+    assert len(imgs) == 4  # kept fractions, ΔAUROC with CIs, CKA per layer, PCA embedding
     for img in imgs:
         assert base64.b64decode(img.split("'")[0])[:8] == b"\x89PNG\r\n\x1a\n"
     assert "http://" not in html and "https://" not in html  # nothing to fetch
@@ -94,14 +103,13 @@ def test_summary_names_the_verdict_and_the_data(rep_suppressed):
     assert "penultimate" in s
 
 
-def test_markdown_and_html_show_the_output_test_and_mmd_with_references(rep_erased5, rep_erased, tmp_path):
-    """With K >= 2 the audit files carry the MMD² columns and the output membership test's table; with one
-    reference the test's row says why it did not run."""
+def test_markdown_and_html_show_the_checks_the_relearning_and_the_references(rep_erased5, tmp_path):
     paths = write_audit(rep_erased5, tmp_path / "k5")
     md, page = paths["md"].read_text(), paths["html"].read_text()
-    assert "MMD² ratio [CI]" in md and "## Output membership test" in md and "mean z (T1)" in md
-    assert "<h2>Output membership test</h2>" in page and "MMD² ratio [CI]" in page
+    assert "## Relearning (accuracy, reported)" in md and "| relearning (accuracy %) |" in md
+    assert "<h2>What the verdict reads</h2>" in page and "<h2>References</h2>" in page
     d = json.loads(paths["json"].read_text())
-    assert d["verdict_line"] == rep_erased5.verdict_line and d["output_test"]["num_references"] == 5
-    one = write_audit(rep_erased, tmp_path / "k1")["md"].read_text()
-    assert "too_few_references (1 reference(s))" in one and "| MMD² ratio [CI] |" not in one
+    assert d["verdict_line"] == rep_erased5.verdict_line and len(d["references"]) == 5
+    assert len({r["sha256"] for r in d["references"]}) == 5
+    testable = [c for c in d["checks"]["items"] if c["testable"]]
+    assert testable and all(c["kept_interval"][0] <= c["kept"] <= c["kept_interval"][1] for c in testable)

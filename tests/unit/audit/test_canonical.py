@@ -11,7 +11,7 @@ from torch import nn
 
 import unlearnkit
 from unlearnkit.audit.canonical import canonicalize
-from unlearnkit.audit.resurface import relearn_copy
+from unlearnkit.audit.relearning import relearn_copy
 
 
 def _randomise_bn(model: nn.Module, seed: int) -> nn.Module:

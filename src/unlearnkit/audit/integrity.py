@@ -1,0 +1,97 @@
+"""References are evidence: refuse references that cannot be ones, and record where each came from.
+
+The verdict's yardstick is how K models retrained without the forget set differ from each other and from the
+original (:mod:`unlearnkit.metrics.equivalence`). A reference that is not such a model breaks it, by mistake or
+on purpose (issue 42: the same file given twice counted as two references; the original itself, or a retrain
+for another class, was accepted with a warning). Refused, each with one line naming the reference:
+
+* two references with the same weights (sha256 of every parameter and buffer): one model counted twice shrinks
+  the references' spread;
+* a reference with the original's weights, or with the audited model's (a model audited against itself);
+* a reference that still predicts the forget set: its forget accuracy is more than ``not_forgotten_margin``
+  points above the other references' mean and significantly so (the ``not_forgotten`` rule's z-test), i.e. it
+  would itself be read ``not_forgotten`` against them: it was not trained without the forget set (a retrain for
+  another class, the original fine-tuned).
+
+:func:`provenance` records, per reference, its sha256 and whatever its caller knows (seed, recipe, the cache
+entry, whether unlearnkit trained it or the user supplied it) for audit.json and the report.
+
+[INFERRED] No reference code.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+
+import torch
+from scipy import stats
+from torch import nn
+
+from ..errors import UserError
+
+
+def fingerprint(model: nn.Module) -> str:
+    """sha256 over every parameter and buffer of ``model`` (names, dtypes, shapes and bytes, in name order)."""
+    h = hashlib.sha256()
+    state = model.state_dict()
+    for name in sorted(state):
+        t = state[name]
+        if not isinstance(t, torch.Tensor):
+            continue
+        t = t.detach().cpu().contiguous()
+        h.update(name.encode())
+        h.update(str(t.dtype).encode())
+        h.update(str(tuple(t.shape)).encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def check_identities(original: nn.Module, unlearned: nn.Module, refs: list[nn.Module]) -> list[str]:
+    """The references' sha256, after refusing duplicates and references equal to the original or the audited
+    model (:class:`UserError` naming them, before anything is measured)."""
+    shas = [fingerprint(m) for m in refs]
+    if len(refs) > 1:
+        seen: dict[str, int] = {}
+        for i, sha in enumerate(shas):
+            if sha in seen:
+                raise UserError(f"retrained reference {i + 1} has the same weights as reference {seen[sha] + 1} "
+                                f"(sha256 {sha[:12]}): each reference must be a separate retrain (another seed)")
+            seen[sha] = i
+    for role, model in (("original", original), ("unlearned model", unlearned)):
+        sha = fingerprint(model)
+        if sha in shas:
+            raise UserError(f"retrained reference {shas.index(sha) + 1} has the same weights as the {role} "
+                            f"(sha256 {sha[:12]}): a reference must be a model retrained without the forget set")
+    return shas
+
+
+def check_predictions(forget_acc: list[float], n_forget: int, margin: float, confidence: float) -> None:
+    """Refuse a reference whose forget accuracy would read ``not_forgotten`` against the other references
+    (module docstring); ``forget_acc``: each reference's, in percent."""
+    k = len(forget_acc)
+    if k < 2 or n_forget < 1:
+        return
+    for i, acc in enumerate(forget_acc):
+        others = [a for j, a in enumerate(forget_acc) if j != i and math.isfinite(a)]
+        if not others or not math.isfinite(acc):
+            continue
+        rest = sum(others) / len(others)
+        pu, pr = acc / 100.0, rest / 100.0
+        se = math.sqrt(max(pu * (1 - pu), 0.0) / n_forget + max(pr * (1 - pr), 0.0) / n_forget)
+        significant = se == 0.0 or (pu - pr) / se > stats.norm.ppf(confidence)
+        if acc - rest > margin and significant:
+            raise UserError(f"retrained reference {i + 1} predicts the forget set (forget accuracy {acc:.1f}% where "
+                            f"the other references reach {rest:.1f}%): it was not trained without the forget set "
+                            f"(a retrain for another request, or the original fine-tuned?)")
+
+
+def provenance(shas: list[str], given: list[dict] | None) -> list[dict]:
+    """Per reference: its sha256 and what its caller recorded (``given[i]``: seed, recipe, source...);
+    ``source`` "user" when nothing says unlearnkit trained it."""
+    given = given or [{} for _ in shas]
+    out = []
+    for sha, extra in zip(shas, given):
+        rec = {"sha256": sha, "source": "user"}
+        rec.update({k: v for k, v in (extra or {}).items() if v is not None})
+        out.append(rec)
+    return out

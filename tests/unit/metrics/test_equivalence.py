@@ -1,0 +1,97 @@
+"""The audit's one rule (metrics/equivalence.py): hand-computed cases, Fieller's interval against a brute-force
+search, and the error rates at the margin's boundary by simulation (references drawn afresh every trial)."""
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from unlearnkit.metrics.equivalence import judge, kept_interval, references_to_certify, simulate_certify_rate
+
+
+def test_a_hand_computed_case():
+    refs = [0.0, 1.0, -1.0, 0.5, -0.5]            # mean 0, sd sqrt(0.625)
+    r = judge(0.5, 20.0, refs, margin=0.5)
+    s = math.sqrt(0.625)
+    assert r.center == 0.0 and r.spread == pytest.approx(s)
+    assert r.kept == pytest.approx(0.5 / 20.0)
+    pred = s * math.sqrt(1 + 1 / 5)
+    t = stats.t.ppf(0.95, 4)
+    assert r.flag_high == pytest.approx(t * pred) and r.flag_low == pytest.approx(-t * pred)
+    # the two one-sided tests by hand: (a - δb) / (s sqrt(1 + δ² + (1 - δ)²/K)) < -t and the mirror
+    up = (0.5 - 0.5 * 20) / (s * math.sqrt(1 + 0.25 + 0.25 / 5))
+    low = (0.5 + 0.5 * 20) / (s * math.sqrt(1 + 0.25 + 2.25 / 5))
+    assert up < -t and low > t and r.within and r.testable
+    assert r.p_above == pytest.approx(stats.t.sf(0.5 / pred, 4))
+
+
+def test_a_value_at_the_original_is_flagged_and_not_certified():
+    r = judge(20.0, 20.0, [0.0, 1.0, -1.0, 0.5, -0.5], margin=0.5)
+    assert r.flag == "above" and not r.within and r.kept == pytest.approx(1.0)
+    low = judge(-20.0, 20.0, [0.0, 1.0, -1.0, 0.5, -0.5], margin=0.5)
+    assert low.flag == "below" and not low.within
+    one_sided = judge(-20.0, 20.0, [0.0, 1.0, -1.0, 0.5, -0.5], margin=0.5, sides="upper")
+    assert one_sided.flag == "" and one_sided.within
+
+
+def test_an_original_close_to_the_references_is_not_testable():
+    # the original 3 references' sds away: no retrain could be certified at the margin 0.5
+    r = judge(0.0, 3.0, [0.0, 1.0, -1.0, 0.5, -0.5], margin=0.5)
+    assert not r.testable and not r.within
+
+
+def test_more_spread_widens_the_interval_never_the_margin():
+    tight = judge(1.0, 20.0, [0.0, 0.2, -0.2, 0.1, -0.1], margin=0.5)
+    wide = judge(1.0, 20.0, [0.0, 2.0, -2.0, 1.0, -1.0], margin=0.5)
+    assert tight.margin == wide.margin == 0.5
+    assert (wide.kept_high - wide.kept_low) > (tight.kept_high - tight.kept_low)
+
+
+def test_fieller_interval_is_the_set_of_kappa_the_linear_test_keeps():
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        a, b, s, k = rng.normal(0, 2), rng.uniform(5, 30), rng.uniform(0.5, 2), int(rng.integers(3, 10))
+        lo, hi = kept_interval(a, b, s, k, 0.05)
+        t = stats.t.ppf(0.95, k - 1)
+        grid = np.linspace(lo - 1, hi + 1, 4001)
+        va = s * s * (1 + 1 / k)
+        keep = (a - grid * b) ** 2 <= t * t * (va - 2 * grid * s * s / k + grid * grid * va)
+        assert grid[keep].min() == pytest.approx(lo, abs=2e-3 * (hi - lo + 2))
+        assert grid[keep].max() == pytest.approx(hi, abs=2e-3 * (hi - lo + 2))
+
+
+@pytest.mark.parametrize("k", [3, 5, 8])
+def test_a_model_at_the_margin_is_certified_at_most_five_percent_of_the_time(k):
+    rate = simulate_certify_rate(k, kept=0.5, margin=0.5, excess_sd=10, trials=3000, seed=k)
+    # exact binomial: 3000 trials at a true 5 % would exceed 6.2 % with probability < 0.3 %
+    assert rate <= 0.062
+    assert simulate_certify_rate(k, kept=-0.5, margin=0.5, excess_sd=10, trials=3000, seed=k + 10) <= 0.062
+
+
+def test_a_genuine_retrain_is_certified_where_the_original_is_far():
+    assert simulate_certify_rate(5, kept=0.0, margin=0.5, excess_sd=20, trials=1000, seed=1) > 0.97
+
+
+def test_flags_a_genuine_retrain_at_its_level():
+    rng = np.random.default_rng(0)
+    flags = sum(judge(rng.standard_normal(), 20.0, rng.standard_normal(5), margin=0.5, flag_level=0.05).flag != ""
+                for _ in range(4000))
+    assert flags / 4000 == pytest.approx(0.10, abs=0.02)  # two-sided, 5 % a side
+
+
+def test_references_that_would_decide():
+    r = judge(2.0, 20.0, [0.0, 1.5, -1.5, 0.8, -0.8, 0.3], margin=0.5)
+    k = references_to_certify(r)
+    assert k is None or k >= 6
+    far = judge(15.0, 20.0, [0.0, 1.0, -1.0, 0.5, -0.5], margin=0.5)
+    assert references_to_certify(far) is None
+
+
+def test_bad_input():
+    with pytest.raises(ValueError):
+        judge(0.0, 1.0, [0.0, 1.0], margin=1.5)
+    with pytest.raises(ValueError):
+        judge(0.0, 1.0, [0.0, 1.0], margin=0.5, sides="lower")
+    assert judge(0.0, 1.0, [0.0], margin=0.5).status == "too_few_references"
+    assert judge(math.nan, 1.0, [0.0, 1.0], margin=0.5).status == "not_finite"
+    assert judge(0.0, 1.0, [0.5, 0.5], margin=0.5).status == "no_spread"
