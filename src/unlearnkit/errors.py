@@ -1,8 +1,11 @@
 """Errors a user can act on. The CLI prints their message on one line and exits with code 2."""
 
 
-class UserError(Exception):
-    """Bad input (unknown name, impossible forget set, wrong checkpoint...): one clear line, no traceback."""
+class UserError(ValueError):
+    """Bad input (unknown name, impossible forget set, wrong checkpoint...): one clear line, no traceback.
+
+    A :class:`ValueError` (README and docs/usage.md promise it): ``except ValueError`` catches every refusal
+    of a user's value, from the Python API as from the command line's checks."""
 
 
 class UnknownNameError(UserError, KeyError):

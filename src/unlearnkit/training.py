@@ -169,6 +169,8 @@ def check_model(model_name: str, bundle, model_kwargs: dict) -> None:
     value is one :class:`UserError` line, not a traceback minutes later."""
     try:
         _build(model_name, bundle, model_kwargs)
+    except UserError:  # an unknown name already says what to do (a UserError is a ValueError too)
+        raise
     except (TypeError, ValueError, RuntimeError) as e:
         raise UserError(f"cannot build model {model_name} with model_kwargs {model_kwargs}: "
                         f"{' '.join(str(e).split())}") from None

@@ -143,6 +143,29 @@ def device(name: str, value: Any):
     raise UserError(f"{name} {dev.type} is not a device this toolkit computes on (use auto, cpu, cuda or cuda:N)")
 
 
+def layer_names(name: str, value: Any) -> list[str] | None:
+    """Layers to audit as the Python API takes them: None (the model's own audit layers), or a non-empty
+    list (or tuple) of distinct, non-empty names (module paths or ``penultimate``). A bare string is
+    refused, not read letter by letter (``layers="penultimate"`` would name the layers ``p``, ``e``, ...)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        raise UserError(f"{name} must be a list of layer names, e.g. {name}=[{value!r}], not the text {value!r}")
+    if not isinstance(value, (list, tuple)):
+        raise UserError(f"{name} must be a list of layer names (module paths or 'penultimate'), not {_show(value)}")
+    if not value:
+        raise UserError(f"{name} is empty: name at least one layer (e.g. ['penultimate']), or give None for the "
+                        f"model's audit layers")
+    out: list[str] = []
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or not item.strip():
+            raise UserError(f"{name}[{i}] must be a layer name (a module path or 'penultimate'), not {_show(item)}")
+        if item in out:
+            raise UserError(f"{name} names {item!r} twice; give each layer once")
+        out.append(item)
+    return out
+
+
 def text(name: str, value: Any) -> str:
     if not isinstance(value, str):
         raise UserError(f"{name} must be text, not {_show(value)}")

@@ -146,6 +146,8 @@ def _audit(paths: list[Path], spec, data: dict, *, model, layers, config, device
              f"(not your own data pipeline): give --forget-data, --retain-data and --test-data to audit on yours")
     try:  # the Python API's audit (uk.audit) on this split; --layers checked before any feature is extracted
         report = audit_split(m_o, m_u, refs, split, layers=layers, config=config, device=dev)
+    except UserError:  # its own line, as written (a UserError is a ValueError too)
+        raise
     except (KeyError, ValueError) as e:
         raise UserError(str(e).strip("'\"")) from None
     _print_report(report, console)
