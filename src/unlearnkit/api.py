@@ -27,9 +27,9 @@ from torch import nn
 
 from . import validate
 from .audit.user import check_model, device_for, probe, read_parts
+from .checkpoints import require_finite
 from .data.splits import UnlearningSplit
 from .data.user import user_split
-from .checkpoints import require_finite
 from .errors import NonFiniteLossError, UserError
 from .methods import METHODS, UnlearningMethod
 from .methods.base import UnlearnResult

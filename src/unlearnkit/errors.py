@@ -25,3 +25,12 @@ class CheckpointError(UserError):
 
 class NonFiniteLossError(RuntimeError):
     """A method produced NaN/inf; the model would be silently broken, so the method stops."""
+
+
+class WriteFailed(OSError):
+    """A file could not be written (a full disk, a quota, a read-only file system, a lost permission): its
+    ``filename`` names the file, ``errno`` / ``strerror`` say why. Nothing partial is left (an atomic write
+    removes its temp file). The CLI prints one ``error:`` line and exits with code 1 (not the input's fault)."""
+
+    def __str__(self) -> str:
+        return f"cannot write {self.filename}: {self.strerror}"

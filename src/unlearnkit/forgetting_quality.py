@@ -259,7 +259,10 @@ def _job_keys(task: _Task) -> dict:
 
 
 def _load(path: Path, job: Job, n_forget: int) -> dict | None:
-    """The stored record of ``job`` if it is whole and made for the same key, else None."""
+    """The stored record of ``job`` if it is whole and made for the same key, else None (a device or a FIFO
+    in its place is not opened: the job runs again and its record replaces it)."""
+    if validate.special_kind(path) is not None:
+        return None
     try:
         rec = json.loads(path.read_text())
     except (OSError, ValueError):

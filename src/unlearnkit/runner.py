@@ -35,7 +35,7 @@ from .audit import AuditConfig, write_audit
 from .audit import audit as audit_model
 from .audit.memo import AuditCache
 from .audit.verdict import output_line
-from .checkpoints import atomic_write_text, load_checkpoint, save_checkpoint
+from .checkpoints import atomic_write_text, load_checkpoint, save_checkpoint, write_together
 from .config import RunConfig, _construct
 from .data.concepts import make_concept_split
 from .data.datasets import DatasetBundle, load_dataset
@@ -282,7 +282,7 @@ class Evaluation:
                           config=exp.audit_config, device=exp.device, cache=self.cache,
                           outputs={"original": self.original_outputs, "unlearned": outputs,
                                    "retrained": self.retrain_outputs})
-        write_audit(rep, exp.out / "audits" / name)
+        write_together(exp.out / "audits" / name, lambda folder: write_audit(rep, folder))  # all three or none
         self.models[name]["audit"] = rep.to_dict()
         console.print(f"  audit {name}: [bold]{escape(rep.verdict_line)}[/] ({rep.timing['total_s']:.1f}s)")
         if rep.output_test is not None:

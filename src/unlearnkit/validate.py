@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
+import stat
 import tempfile
 import typing
 from pathlib import Path
@@ -172,6 +174,22 @@ def text(name: str, value: Any) -> str:
     return value
 
 
+def file_name(name: str, value: Any) -> str:
+    """A name that becomes one file or folder name (a suite's ``results/<suite>``): text of 1 to 100
+    characters, no ``/`` or ``\\``, not ``.`` or ``..`` and no control characters, so the path built from it
+    stays inside the folder it belongs to (``../../escape`` would write outside it)."""
+    if not isinstance(value, str) and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+        raise UserError(f"{name} must be a name (text), not {_show(value)}")
+    text_ = str(value)
+    bad = next((c for c in text_ if c in "/\\" or ord(c) < 32 or ord(c) == 127), None)
+    if not text_.strip() or text_.strip(".") == "" or bad is not None or len(text_) > 100:
+        why = ("a folder separator or a control character" if bad is not None else
+               "over 100 characters" if len(text_) > 100 else "no name")
+        raise UserError(f"{name} {text_!r} is {why}: it names one folder (results/<name>), so give a plain name "
+                        f"such as cpu or my-suite")
+    return text_
+
+
 def mapping(name: str, value: Any) -> dict:
     if not isinstance(value, dict):
         raise UserError(f"{name} must be a mapping (key: value), not {_show(value)}")
@@ -286,22 +304,61 @@ def output_file(name: str, path: str | Path) -> Path:
     p = Path(path).expanduser()
     if p.is_dir():
         raise UserError(f"{_named(name, p)} is a folder; give a file name")
+    not_special(name, p, output=True)
     if p.exists() and not p.is_file():
         raise UserError(f"{_named(name, p)} is not a regular file")
     _writable(name, p, p.parent)
     return p
 
 
-def input_file(name: str, path: str | Path) -> Path:
-    """A file that exists and can be read."""
+#: file types that are not regular files, each with a reader that would block or never end on it
+_SPECIAL = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+            (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def special_kind(path: str | Path) -> str | None:
+    """What ``path`` is when it exists and is neither a regular file nor a folder (``"a FIFO (named pipe)"``,
+    ``"a character device"``, ``"a block device"``, ``"a socket"``, or ``"not a regular file"``), read from
+    its type (``stat``, following symlinks) without opening it; None for a regular file, a folder or
+    nothing there. Reading a FIFO waits for a writer forever, ``/dev/zero`` never ends: such paths are
+    refused by type, before any read."""
+    try:
+        mode = os.stat(Path(path).expanduser()).st_mode
+    except (OSError, ValueError):  # missing, a broken symlink, a NUL in the name: the caller's own check says it
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return next((kind for test, kind in _SPECIAL if test(mode)), "not a regular file")
+
+
+def not_special(name: str, path: str | Path, *, output: bool = False) -> Path:
+    """``path`` unless it is a device, a FIFO or a socket (:func:`special_kind`): then one UserError line
+    naming ``name``, saying what it is; nothing is read from it (or, an ``output``, written to it). Returns
+    the path."""
     p = Path(path).expanduser()
-    if not p.exists():
-        raise UserError(f"{_named(name, p)} does not exist")
+    kind = special_kind(p)
+    if kind is not None:
+        done = "nothing was written to it" if output else "it was not read"
+        raise UserError(f"{_named(name, p)} is {kind}, not a regular file; {done}")
+    return p
+
+
+def input_file(name: str, path: str | Path) -> Path:
+    """A regular file that exists and can be read: not a folder, and refused by type when it is a device, a
+    FIFO or a socket (:func:`not_special`), before it is opened (a FIFO blocks an ``open``, ``/dev/zero``
+    never ends). Its contents are not read here (and never quoted)."""
+    p = Path(path).expanduser()
+    try:
+        os.stat(p)
+    except FileNotFoundError:
+        raise UserError(f"{_named(name, p)} does not exist") from None
+    except (OSError, ValueError) as e:
+        raise UserError(f"{_named(name, p)} cannot be read ({getattr(e, 'strerror', None) or e})") from None
     if p.is_dir():
         raise UserError(f"{_named(name, p)} is a folder, not a file")
-    try:
-        with open(p, "rb"):
-            pass
+    not_special(name, p)
+    try:  # non-blocking: the file may have been swapped for a FIFO since the check
+        os.close(os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)))
     except OSError as e:
         raise UserError(f"{_named(name, p)} cannot be read ({e.strerror})") from None
     return p

@@ -1,12 +1,14 @@
 """The typer app every command registers on, and how a command fails.
 
 Bad input ends in one line on stderr and exit code 2 (a :class:`UserError`, a diverged method, or
-one of click's own usage errors); Ctrl-C keeps finished checkpoints (the next run resumes from the
-cache) and exits 130. Under ``torchrun`` an error line comes from the first process of each node
-only (the others fail alike).
+one of click's own usage errors); a file the machine cannot write (a full disk, a quota, a read-only
+file system: :class:`~unlearnkit.errors.WriteFailed`) in one line and exit code 1, with nothing partial
+left; Ctrl-C keeps finished checkpoints (the next run resumes from the cache) and exits 130. Under
+``torchrun`` an error line comes from the first process of each node only (the others fail alike).
 """
 from __future__ import annotations
 
+import errno
 import functools
 import inspect
 import logging
@@ -17,10 +19,10 @@ import sys
 import click
 import typer
 import typer.core
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from .._version import __version__
-from ..errors import NonFiniteLossError, UserError
+from ..errors import NonFiniteLossError, UserError, WriteFailed
 
 
 def _err(msg: str) -> None:
@@ -28,9 +30,29 @@ def _err(msg: str) -> None:
         typer.echo(f"error: {' '.join(str(msg).split())}", err=True)
 
 
+def _flags_without_type(command, ctx) -> None:
+    """A flag (``--version``, ``--help``, ``--download``, ``--progress/--no-progress``) takes no value: typer's
+    help would show it a type column of ``<bool>``, as if it took one; an empty metavar leaves the column blank."""
+    for param in command.get_params(ctx):
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+
+
+class Command(TyperCommand):
+    """A command whose ``--help`` shows flags without a value type (:func:`_flags_without_type`)."""
+
+    def format_help(self, ctx, formatter):
+        _flags_without_type(self, ctx)
+        return super().format_help(ctx, formatter)
+
+
 class OneLineErrors(TyperGroup):
     """click's usage errors (a missing option, ``--epochs abc``, ``--jobs 0``) as one ``error:`` line,
     exit code 2, like every other bad input (click would print a usage box of several lines)."""
+
+    def format_help(self, ctx, formatter):
+        _flags_without_type(self, ctx)
+        return super().format_help(ctx, formatter)
 
     def make_context(self, *args, **kwargs):
         return _one_line(super().make_context, *args, **kwargs)
@@ -126,6 +148,29 @@ def _check_finite(fn, args, kwargs) -> None:
             raise UserError(f"--{name.rstrip('_').replace('_', '-')} must be a finite number, not {value}")
 
 
+#: what a write the machine refuses looks like (the disk, a quota, a read-only file system)
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
+_DISK_FULL = ("database or disk is full", "attempt to write a readonly database", "disk i/o error")
+AGAIN = ("nothing partial was left; free some space (or make it writable) and run the same command again "
+         "(finished models and steps are kept)")
+
+
+def write_fault(e: BaseException) -> str | None:
+    """The one line for an exception that is a write the machine refused, else None: a
+    :class:`WriteFailed` (an atomic write, a lock, the model cache), another ``OSError`` with a write's
+    errno, or SQLite's full / read-only database (the results store, a tune study)."""
+    if isinstance(e, WriteFailed):
+        return f"{e}; {AGAIN}"
+    if isinstance(e, OSError) and e.errno in WRITE_ERRNOS:
+        where = f" writing {e.filename}" if e.filename else ""
+        return f"{e.strerror}{where}; {AGAIN}"
+    for err in (e, getattr(e, "orig", None)):  # SQLAlchemy wraps sqlite3's error as .orig
+        text = str(err).lower() if err is not None else ""
+        if type(err).__name__ == "OperationalError" and any(t in text for t in _DISK_FULL):
+            return f"the database could not be written ({' '.join(str(err).split())[:120]}); {AGAIN}"
+    return None
+
+
 def handles_errors(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -138,6 +183,12 @@ def handles_errors(fn):
         except NonFiniteLossError as e:  # a hyperparameter too large for this model: also the user's to fix
             _err(str(e))
             raise typer.Exit(2) from None
+        except Exception as e:  # noqa: BLE001 - a write the machine refused: one line, else re-raised as it was
+            line = write_fault(e)
+            if line is None:
+                raise
+            _err(line)
+            raise typer.Exit(1) from None
         except KeyboardInterrupt:
             _err("interrupted: finished checkpoints are kept; run the same command again to resume")
             raise typer.Exit(130) from None

@@ -127,6 +127,7 @@ def _audit(paths: list[Path], spec, data: dict, *, model, layers, config, device
     from rich.console import Console
 
     from ..audit import audit_split, write_audit
+    from ..checkpoints import write_together
     from ..data.datasets import load_dataset
     from ..data.splits import make_split
     from ..runtime import resolve_device
@@ -151,7 +152,8 @@ def _audit(paths: list[Path], spec, data: dict, *, model, layers, config, device
     except (KeyError, ValueError) as e:
         raise UserError(str(e).strip("'\"")) from None
     _print_report(report, console)
-    written = write_audit(report, out)
+    # the three files or none (a full disk left a lone audit.json)
+    written = write_together(out, lambda folder: write_audit(report, folder))
     console.print(f"wrote {written['json']}, {written['md'].name} and {written['html'].name}", markup=False,
                   highlight=False)
     return report

@@ -26,7 +26,7 @@ def fq_files(paths: list[Path]) -> list[Path]:
     """Every ``forgetting_quality.json`` given: the files themselves, and those found under folders."""
     out: list[Path] = []
     for p in paths:
-        p = Path(p)
+        p = validate.not_special("--forgetting-quality", p)
         if p.is_dir():
             found = sorted(p.rglob(FILE))
             if not found:
@@ -40,6 +40,7 @@ def fq_files(paths: list[Path]) -> list[Path]:
 
 
 def _read(path: Path) -> dict:
+    validate.not_special("--forgetting-quality", path)  # one found under a folder: never opened when special
     try:
         doc = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
