@@ -261,19 +261,18 @@ def test_two_tunes_on_one_new_database_both_work(tmp_path):
     (or `table studies already exists`); the lock beside the store serialises the creation."""
     from unlearnkit import tune
 
+    def open_it(db, barrier, studies, errors):
+        try:
+            barrier.wait()
+            studies.append(tune.create_study(db, "s", 0))
+        except BaseException as e:  # noqa: BLE001 - collected, asserted below
+            errors.append(f"{type(e).__name__}: {e}")
+
     for attempt in range(3):  # the race needs both at the same moment: a few new databases
         db = tmp_path / f"new{attempt}.db"
         errors, studies = [], []
         barrier = threading.Barrier(2)
-
-        def open_it():
-            try:
-                barrier.wait()
-                studies.append(tune.create_study(db, "s", 0))
-            except BaseException as e:  # noqa: BLE001 - collected, asserted below
-                errors.append(f"{type(e).__name__}: {e}")
-
-        threads = [threading.Thread(target=open_it) for _ in range(2)]
+        threads = [threading.Thread(target=open_it, args=(db, barrier, studies, errors)) for _ in range(2)]
         [t.start() for t in threads]
         [t.join() for t in threads]
         assert errors == [] and len(studies) == 2
