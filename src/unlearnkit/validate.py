@@ -178,9 +178,9 @@ def file_name(name: str, value: Any) -> str:
     """A name that becomes one file or folder name (a suite's ``results/<suite>``): text of 1 to 100
     characters, no ``/`` or ``\\``, not ``.`` or ``..`` and no control characters, so the path built from it
     stays inside the folder it belongs to (``../../escape`` would write outside it)."""
-    if not isinstance(value, str) and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+    if not isinstance(value, str):
         raise UserError(f"{name} must be a name (text), not {_show(value)}")
-    text_ = str(value)
+    text_ = value
     bad = next((c for c in text_ if c in "/\\" or ord(c) < 32 or ord(c) == 127), None)
     if not text_.strip() or text_.strip(".") == "" or bad is not None or len(text_) > 100:
         why = ("a folder separator or a control character" if bad is not None else

@@ -226,8 +226,8 @@ def _same_forget_set(prefix: str, config: dict, forget: dict, num_classes) -> No
         else:
             same = validate.is_number(given) and validate.is_number(recorded) and float(given) == float(recorded)
         if not same:
-            raise UserError(f"{prefix}: config.{key} {_show(given)} contradicts task.forget.{task_key} "
-                            f"{_show(recorded)}; one of them was edited: give the results.json unlearnkit wrote")
+            raise UserError(f"{prefix}: config.{key} {given!r} contradicts task.forget.{task_key} {recorded!r}; one "
+                            f"of them was edited: give the results.json unlearnkit wrote")
 
 
 def _checked_results(prefix: str, res: dict) -> dict[str, tuple[dict, dict | None]]:
