@@ -27,6 +27,11 @@ SEED_RANGE = {"min": 0, "max": MAX_SEED}
 
 #: the largest learning rate (or step size) a float32 weight update can take without overflowing
 MAX_LR = 3.4028234663852886e38
+#: the largest whole number anything here holds (int64: numpy's and torch's integers)
+MAX_WHOLE = 2**63 - 1
+#: the largest text file read whole (a run config, a suite, a request list, a results.json, an indices
+#: file): the largest of these in practice is a few MB; a bigger one is not what the option takes
+MAX_TEXT_BYTES = 64 * 2**20
 
 
 def _show(value: Any) -> str:
@@ -60,6 +65,9 @@ def whole(name: str, value: Any, *, low: int | None = None, high: int | None = N
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise UserError(f"{name} must be a whole number, not {_show(value)}")
     v = int(value)
+    if abs(v) > MAX_WHOLE:  # beyond int64: numpy and torch cannot hold it
+        shown = str(v) if len(str(v)) <= 24 else f"{str(v)[:12]}...({len(str(v))} digits)"
+        raise UserError(f"{name} must be a whole number of at most 19 digits (below 2**63), not {shown}")
     if (low is not None and v < low) or (high is not None and v > high):
         rng = f">= {low}" if high is None else f"<= {high}" if low is None else f"in {low}..{high}"
         raise UserError(f"{name} must be a whole number {rng}, not {v}")
@@ -403,6 +411,8 @@ def yaml_text(name: str, text: str) -> Any:
 
     try:
         return yaml.load(text, Loader=_yaml_loader())  # noqa: S506 (a SafeLoader subclass)
+    except RecursionError:
+        raise UserError(f"{name} nests its lists or mappings too deeply to be read") from None
     except yaml.YAMLError as e:
         problem = getattr(e, "problem", None)
         if isinstance(e, yaml.constructor.ConstructorError) and problem and "appears twice" in problem:
@@ -418,17 +428,54 @@ def _yaml_problem(e) -> str:
     return " ".join((what or str(e)).split()) + where
 
 
-def yaml_file(name: str, path: str | Path) -> tuple[Path, Any]:
-    """``(path, data)``: a YAML file that exists, is UTF-8 text and parses (:func:`yaml_text`); every
-    problem is one UserError line naming ``name`` and the file."""
+def text_file(name: str, path: str | Path, max_bytes: int = MAX_TEXT_BYTES) -> tuple[Path, str]:
+    """``(path, text)`` of a UTF-8 text file read whole (:func:`input_file` first: a device or a FIFO is
+    refused unread); one larger than ``max_bytes``, or not UTF-8, is one UserError naming ``name`` and the
+    file, which never quotes its contents (only the offending byte's value and offset)."""
     p = input_file(name, path)
+    size = p.stat().st_size
+    if size > max_bytes:
+        raise UserError(f"{_named(name, p)} is {size / 2**20:.0f} MiB, more than the {max_bytes / 2**20:.0f} MiB "
+                        f"such a file can be (is it the right file?)")
     try:
-        text = p.read_bytes().decode("utf-8-sig")
+        return p, p.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise UserError(f"{_named(name, p)} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset "
                         f"{e.start})") from None
     except OSError as e:
         raise UserError(f"{_named(name, p)} cannot be read ({e.strerror})") from None
+
+
+def json_text(name: str, text: str, what: str = "JSON") -> Any:
+    """``text`` parsed as strict JSON: a key twice in one object (Python's reader keeps the last silently) and
+    ``NaN`` / ``Infinity`` (which unlearnkit never writes: it writes null) are one UserError starting with
+    ``name``, as is text that is not JSON (where, not what: the contents are not quoted)."""
+    import json
+
+    def pairs(items):
+        seen = set()
+        for key, _ in items:
+            if key in seen:
+                raise UserError(f"{name}: key {key!r} appears twice in one object; give it once")
+            seen.add(key)
+        return dict(items)
+
+    def constant(word):
+        raise UserError(f"{name} holds {word}, which is not strict JSON (unlearnkit writes null for a missing number)")
+
+    try:
+        return json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{name} is not {what} ({e.msg}: line {e.lineno}, column {e.colno})") from None
+    except RecursionError:
+        raise UserError(f"{name} nests its objects too deeply to be read") from None
+
+
+def yaml_file(name: str, path: str | Path) -> tuple[Path, Any]:
+    """``(path, data)``: a YAML file that exists, is UTF-8 text (:func:`text_file`: at most
+    :data:`MAX_TEXT_BYTES`) and parses (:func:`yaml_text`); every problem is one UserError line naming
+    ``name`` and the file."""
+    p, text = text_file(name, path)
     return p, yaml_text(_named(name, p), text)
 
 

@@ -24,10 +24,24 @@ from typer.core import TyperCommand, TyperGroup
 from .._version import __version__
 from ..errors import NonFiniteLossError, UserError, WriteFailed
 
+#: an error line longer than this keeps its start and its end (a 100,000-character value is shown cut)
+MAX_LINE = 1000
+
+
+def one_line(msg: str) -> str:
+    """``msg`` as one printable line: whitespace runs (newlines included) as one space, every other character
+    that does not print (an ANSI escape, a right-to-left override) as its escape (``\\x1b``), so a hostile
+    name cannot recolour or rewrite the terminal; longer than :data:`MAX_LINE`, its middle is cut."""
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in " ".join(str(msg).split()))
+    if len(text) > MAX_LINE:
+        cut = len(text) - MAX_LINE + 40
+        text = f"{text[:MAX_LINE * 2 // 3]} ...({cut} characters cut)... {text[-(MAX_LINE // 3 - 40):]}"
+    return text
+
 
 def _err(msg: str) -> None:
     if os.environ.get("RANK", "0") == "0" or os.environ.get("LOCAL_RANK", "0") == "0":
-        typer.echo(f"error: {' '.join(str(msg).split())}", err=True)
+        typer.echo(f"error: {one_line(msg)}", err=True)
 
 
 def _flags_without_type(command, ctx) -> None:
@@ -141,11 +155,18 @@ def show_logs() -> None:
 
 
 def _check_finite(fn, args, kwargs) -> None:
-    """Every float option must be a finite number (click reads ``nan`` and ``inf`` as floats)."""
+    """Every float option must be a finite number (click reads ``nan`` and ``inf`` as floats), every whole
+    number one that int64 holds (click reads ``10**30`` as a Python int)."""
+    from ..validate import MAX_WHOLE
+
     bound = inspect.signature(fn).bind_partial(*args, **kwargs)
     for name, value in bound.arguments.items():
+        option = f"--{name.rstrip('_').replace('_', '-')}"
         if isinstance(value, float) and not math.isfinite(value):
-            raise UserError(f"--{name.rstrip('_').replace('_', '-')} must be a finite number, not {value}")
+            raise UserError(f"{option} must be a finite number, not {value}")
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_WHOLE:
+            raise UserError(f"{option} must be a whole number of at most 19 digits (below 2**63), not "
+                            f"{str(value)[:12]}...({len(str(value))} digits)")
 
 
 #: what a write the machine refuses looks like (the disk, a quota, a read-only file system)

@@ -201,11 +201,9 @@ def _text_indices(p: Path) -> np.ndarray:
     file that is not UTF-8 text or holds anything else is a :class:`UserError` that says where (line and
     item number), never what: the file may be anything (a system file named by mistake), so its contents
     are not quoted."""
-    try:
-        text = p.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise UserError(f"forget indices file {p} is not UTF-8 text (byte {e.start}); give whole numbers, one per "
-                        f"line or comma separated") from None
+    from .. import validate
+
+    _, text = validate.text_file("forget indices file", p)  # UTF-8 (only the bad byte is named), not huge
     out: list[int] = []
     for line_no, line in enumerate(text.splitlines(), 1):
         for item_no, token in enumerate(line.replace(",", " ").split(), 1):

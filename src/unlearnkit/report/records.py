@@ -8,7 +8,6 @@ group computes identically (same retrained features, same probe splits).
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -282,12 +281,8 @@ def from_results(path: str | Path) -> list[Record]:
     if not p.is_file():
         raise UserError(f"results file {p} is {'a folder' if p.is_dir() else 'not a regular file'}, not a "
                         f"results.json")
-    try:
-        res = json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{p} is not a results.json ({e})") from None
-    except OSError as e:
-        raise UserError(f"results file {p} cannot be read ({e.strerror})") from None
+    p, text = validate.text_file("results file", p)  # UTF-8, at most MAX_TEXT_BYTES
+    res = validate.json_text(f"results file {p}", text, "a results.json")  # strict: no key twice, no NaN
     if not isinstance(res, dict) or not str(res.get("schema", "")).startswith("unlearnkit.results/"):
         raise UserError(f"{p} is not an unlearnkit results.json (no schema unlearnkit.results/1)")
     rows = _checked_results(f"results.json {p}", res)  # before anything is read from it
