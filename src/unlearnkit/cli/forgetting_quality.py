@@ -1,6 +1,6 @@
 """``unlearnkit forgetting-quality``: option parsing and printing only, registered in cli/__init__.py.
 
-The work is :func:`unlearnkit.forgetting_quality.forgetting_quality`.
+The work is :func:`unlearnkit.forgetting_quality_experiment.forgetting_quality`.
 """
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def forgetting_quality_command(
 
     Writes forgetting_quality.json/.md/.png into --out; the next call reuses finished jobs (<out>/jobs).
     """
-    from ..forgetting_quality import JobsFailedError, forgetting_quality
+    from ..forgetting_quality_experiment import JobsFailedError, forgetting_quality
 
     try:
         results = forgetting_quality(
@@ -96,7 +96,7 @@ def _print_table(results: dict) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from ..forgetting_quality import table_rows
+    from ..forgetting_quality_experiment import table_rows
 
     header, rows = table_rows(results)
     t = results["task"]
