@@ -72,8 +72,10 @@ def atomic_write_bytes(path: str | Path, write) -> None:
 
     A write the file system refuses (a full disk, a quota, a read-only file system) raises
     :class:`~unlearnkit.errors.WriteFailed` naming ``path``, also where ``torch.save`` wraps the
-    ``OSError`` in a ``RuntimeError``; the temp file is removed and ``path`` keeps what it held."""
-    path = Path(path)
+    ``OSError`` in a ``RuntimeError``; the temp file is removed and ``path`` keeps what it held. A ``path``
+    that is a folder, a device, a FIFO or a socket is a :class:`UserError` before anything is written (the
+    rename would replace ``/dev/null`` itself)."""
+    path = _target(path)
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -92,6 +94,7 @@ def atomic_write_bytes(path: str | Path, write) -> None:
                 raise
             f.flush()
             os.fsync(f.fileno())
+            _target(path)  # still a file (or nothing) the moment it is replaced
             os.replace(tmp, path)
     except BaseException as e:
         if tmp is not None:
@@ -103,6 +106,18 @@ def atomic_write_bytes(path: str | Path, write) -> None:
             raise WriteFailed(e.errno, e.strerror, str(path)) from None
         raise
     remove_stale_temps(path)
+
+
+def _target(path) -> Path:
+    """``path`` as a file to write: a path (text or ``os.PathLike``) that is not a folder, a device, a FIFO or a
+    socket (a :class:`UserError` naming it)."""
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise UserError(f"path must be a file path (text or a pathlib.Path), not {path!r}")
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path} is a folder; give a file name")
+    validate.not_special("path", path, output=True)
+    return path
 
 
 class _Recording:
@@ -317,6 +332,8 @@ def save_checkpoint(model: nn.Module, path: str | Path, meta: dict | None = None
 def read_checkpoint(path: str | Path) -> dict:
     """The payload, safely (weights_only) and checked by structure (:func:`check_structure`): a clear
     :class:`CheckpointError` naming the file for a missing, corrupt, truncated or misshapen one."""
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise CheckpointError(f"path must be a checkpoint file's path (text or a pathlib.Path), not {path!r}")
     p = Path(path).expanduser()
     kind = validate.special_kind(p)
     if kind is not None:  # never opened: reading a FIFO waits forever, /dev/zero never ends

@@ -85,7 +85,8 @@ def refuse_repeated(cmd, name: str, args: list[str], parent) -> None:
     """An option that takes one value, given twice (``--seed 0 --seed 1``), is a usage error: click would
     keep the last one silently. Options meant to repeat (``multiple``: ``--retrained``, ``--db``...) may."""
     sub = cmd.context_class(cmd, info_name=name, parent=parent)
-    _, _, order = cmd.make_parser(sub).parse_args(args=list(args))  # what the command's own parse will see
+    opts, _, order = cmd.make_parser(sub).parse_args(args=list(args))  # what the command's own parse will see
+    refuse_empty(cmd, opts, sub)
     seen = set()
     for param in order:
         if param.param_type_name != "option" or param.multiple or getattr(param, "count", False):
@@ -94,6 +95,22 @@ def refuse_repeated(cmd, name: str, args: list[str], parent) -> None:
             shown = "/".join([*param.opts, *getattr(param, "secondary_opts", [])])
             raise _USAGE_ERRORS[0](f"{shown} is given more than once; give it once", ctx=sub)
         seen.add(param.name)
+
+
+#: options whose value may be empty text (free text)
+MAY_BE_EMPTY = {"title"}
+
+
+def refuse_empty(cmd, opts: dict, ctx) -> None:
+    """An option given an empty value (``--model ""``, ``--out ""``) is a usage error: a path would be read as
+    the current folder, a name or a list as not given at all, silently."""
+    for param in cmd.params:
+        if param.name in MAY_BE_EMPTY or param.name not in opts or getattr(param, "is_flag", False):
+            continue
+        values = opts[param.name] if isinstance(opts[param.name], (list, tuple)) else [opts[param.name]]
+        if any(isinstance(v, str) and not v.strip() for v in values):
+            shown = (param.opts or [param.human_readable_name])[0]
+            raise _USAGE_ERRORS[0](f"{shown} is empty; give a value or leave the option out", ctx=ctx)
 
 
 # recent typer vendors its own copy of click (typer._click); older ones use click itself

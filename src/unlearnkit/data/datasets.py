@@ -93,6 +93,8 @@ def register_dataset(name: str, info: str, *aliases: str):
 def load_dataset(name: str, data_dir: str | Path | None = None, download: bool = False,
                  data_seed: int = 0, **kwargs) -> DatasetBundle:
     """Load a dataset by registry name (``imagefolder:<path>`` takes a folder)."""
+    validate.text("dataset", name)
+    data_seed = validate.whole("data_seed", data_seed, low=0, high=validate.MAX_SEED)
     if name.startswith("imagefolder:"):
         return load_imagefolder(name.split(":", 1)[1], data_seed=data_seed, **kwargs)
     fn = DATASETS.get(name)

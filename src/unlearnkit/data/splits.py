@@ -48,12 +48,20 @@ class ForgetSpec:
         if given != 1:
             raise UserError("give exactly one forget specification: --forget-classes, --forget-random, "
                             "--forget-indices or --forget-flipped")
-        if self.flipped is not None:
-            from .. import validate
+        from .. import validate
 
+        if self.flipped is not None:
             object.__setattr__(self, "flipped", validate.forget_flipped("flipped", self.flipped))
-        object.__setattr__(self, "classes", tuple(int(c) for c in self.classes))
-        object.__setattr__(self, "concept", tuple(int(c) for c in self.concept))
+        if self.random is not None:
+            object.__setattr__(self, "random", validate.forget_random("random", self.random))
+        if self.indices_file is not None:
+            object.__setattr__(self, "indices_file", validate.text("indices_file", str(self.indices_file)
+                                                                   if isinstance(self.indices_file, Path)
+                                                                   else self.indices_file))
+        if self.samples is not None:
+            object.__setattr__(self, "samples", validate.whole("samples", self.samples, low=1))
+        for key in ("classes", "concept"):  # whole numbers >= 0 ("3,8", [3, 8] or (3,)); 3,3 is class 3 once
+            object.__setattr__(self, key, tuple(validate.int_list(key, getattr(self, key))))
         if self.task is not None and len(self.classes) != 1:
             raise UserError(f"task {self.task} forgets exactly one fine class: give one --forget-classes")
 
@@ -237,6 +245,13 @@ def split_hash(bundle: DatasetBundle, forget_indices: np.ndarray, extra: dict | 
 
 def make_split(bundle: DatasetBundle, spec: ForgetSpec, seed: int = 0) -> UnlearningSplit:
     """Build the unlearning split. ``seed`` draws the random forget set (class forgetting ignores it)."""
+    from .. import validate
+
+    if not isinstance(bundle, DatasetBundle):
+        raise UserError(f"bundle must be a dataset (unlearnkit.load_dataset(...)), not {type(bundle).__name__}")
+    if not isinstance(spec, ForgetSpec):
+        raise UserError(f"spec must be a ForgetSpec (e.g. ForgetSpec(classes=[3])), not {type(spec).__name__}")
+    seed = validate.whole("seed", seed, low=0, high=validate.MAX_SEED)
     y = bundle.train.y.numpy()
     n = len(y)
     k = bundle.num_classes
