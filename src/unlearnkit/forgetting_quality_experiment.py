@@ -59,7 +59,7 @@ import numpy as np
 
 from . import validate
 from .bench.cell import Machine
-from .checkpoints import atomic_write_bytes, atomic_write_text
+from .checkpoints import atomic_write_bytes, atomic_write_text, write_together
 from .config import RunConfig
 from .errors import UserError
 from .methods import METHODS
@@ -648,7 +648,12 @@ def plot(results: dict, path: Path) -> None:
 
 
 def write_outputs(results: dict, out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "forgetting_quality.json", json.dumps(results, indent=2, allow_nan=False) + "\n")
-    atomic_write_text(out / "forgetting_quality.md", results_markdown(results))
-    plot(results, out / "forgetting_quality.png")
+    """forgetting_quality.json, .md and .png, together (all three, or on a full disk none)."""
+    def write(folder: Path) -> dict:
+        paths = {k: folder / f"forgetting_quality.{k}" for k in ("json", "md", "png")}
+        atomic_write_text(paths["json"], json.dumps(results, indent=2, allow_nan=False) + "\n")
+        atomic_write_text(paths["md"], results_markdown(results))
+        plot(results, paths["png"])
+        return paths
+
+    write_together(out, write)

@@ -447,9 +447,10 @@ def text_file(name: str, path: str | Path, max_bytes: int = MAX_TEXT_BYTES) -> t
 
 
 def json_text(name: str, text: str, what: str = "JSON") -> Any:
-    """``text`` parsed as strict JSON: a key twice in one object (Python's reader keeps the last silently) and
-    ``NaN`` / ``Infinity`` (which unlearnkit never writes: it writes null) are one UserError starting with
-    ``name``, as is text that is not JSON (where, not what: the contents are not quoted)."""
+    """``text`` parsed as JSON: a key twice in one object (Python's reader would keep the last silently) is one
+    UserError starting with ``name``, as is text that is not JSON (where, not what: the contents are not
+    quoted). ``NaN`` and ``Infinity`` (Python's own json writes them) are read as floats: the reader's range
+    checks say what they may be (a results.json reads a NaN metric as missing, an infinite one is refused)."""
     import json
 
     def pairs(items):
@@ -460,11 +461,8 @@ def json_text(name: str, text: str, what: str = "JSON") -> Any:
             seen.add(key)
         return dict(items)
 
-    def constant(word):
-        raise UserError(f"{name} holds {word}, which is not strict JSON (unlearnkit writes null for a missing number)")
-
     try:
-        return json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
+        return json.loads(text, object_pairs_hook=pairs)
     except json.JSONDecodeError as e:
         raise UserError(f"{name} is not {what} ({e.msg}: line {e.lineno}, column {e.colno})") from None
     except RecursionError:

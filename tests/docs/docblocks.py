@@ -17,7 +17,9 @@ Rules (also in docs/layout.md's "Docs that run"):
 
 * Shell blocks: ``\\`` continues a line, ``#`` starts a comment; in a ``console`` block only lines starting
   with ``$ `` are commands. Every command must be ``unlearnkit ...`` or ``python -m unlearnkit ...`` (run
-  in-process); a block with any other command must carry ``skip``.
+  in-process), or a here-document that writes a file the next commands read (``cat > FILE <<'END'``, its lines,
+  then ``END``: FILE is written in the page's folder, relative, never outside it); a block with any other
+  command must carry ``skip``.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ RUN = SHELL | {"python"}
 FENCE = re.compile(r"^\s*(```|~~~)\s*([^\s`]*)")
 DIRECTIVE = re.compile(r"^\s*<!--\s*docs-test:\s*(.*?)\s*-->\s*$")
 SKIP = re.compile(r"^skip\s+\((.+)\)$")
+HEREDOC = re.compile(r"""^cat\s*>\s*(?P<path>[\w./-]+)\s*<<-?\s*(?P<q>['"]?)(?P<tag>\w+)(?P=q)\s*$""")
 
 
 class DocsTestError(ValueError):
@@ -61,12 +64,31 @@ class Block:
         return text
 
     def commands(self) -> list[list[str]]:
-        """Each shell command of the block as its words (comments and continuations resolved)."""
+        """Each shell command of the block as its words (comments and continuations resolved); a here-document
+        is ``["cat", ">", FILE, TEXT]`` (:meth:`steps` says so)."""
         lines, joined = self.source().splitlines(), []
         if self.lang == "console":
             lines = [ln[2:] for ln in lines if ln.startswith("$ ")]
+        out: list[list[str]] = []
         buf = ""
-        for ln in lines:
+        it = iter(lines)
+        for ln in it:
+            m = HEREDOC.match(ln) if not buf else None
+            if m:
+                body = []
+                for inner in it:
+                    if inner.strip() == m.group("tag"):
+                        break
+                    body.append(inner)
+                else:
+                    raise DocsTestError(f"{self.where}: the here-document {m.group('tag')} is never closed")
+                path = m.group("path")
+                if path.startswith("/") or ".." in path.split("/"):
+                    raise DocsTestError(f"{self.where}: a here-document writes inside the page's folder, not {path}")
+                out += self._words(joined)
+                joined = []
+                out.append(["cat", ">", path, "\n".join(body) + "\n"])
+                continue
             if ln.rstrip().endswith("\\"):
                 buf += ln.rstrip()[:-1] + " "
                 continue
@@ -74,7 +96,11 @@ class Block:
             buf = ""
         if buf:
             joined.append(buf)
-        return [words for words in (shlex.split(ln, comments=True) for ln in joined) if words]
+        return out + self._words(joined)
+
+    @staticmethod
+    def _words(lines: list[str]) -> list[list[str]]:
+        return [words for words in (shlex.split(ln, comments=True) for ln in lines) if words]
 
 
 def _configure(block: Block, directives: list[tuple[int, str]], page: str) -> None:

@@ -86,6 +86,10 @@ def _app():
 def run_shell(block: Block) -> None:
     runner = CliRunner()
     for words in block.commands():
+        if words[:2] == ["cat", ">"] and len(words) == 4:  # a here-document (docblocks.py): the file it writes
+            Path(words[2]).parent.mkdir(parents=True, exist_ok=True)
+            Path(words[2]).write_text(words[3])
+            continue
         if words[:1] == ["unlearnkit"]:
             args = words[1:]
         elif words[:3] == ["python", "-m", "unlearnkit"]:

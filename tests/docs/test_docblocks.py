@@ -97,3 +97,24 @@ def test_a_working_page_runs(tmp_path):
             "```python\nx = 1 + 1\nassert x == 2\n```\n")
     assert run_page(page, "p.md", tmp_path, {}) == ["p.md:1", "p.md:6"]
     assert (tmp_path / "tiny.yaml").exists() and (tmp_path / "benchmarks").is_symlink()
+
+
+def test_a_here_document_writes_its_file_before_the_next_command(tmp_path):
+    page = ("```bash\ncat > sub/requests.yaml <<'YAML'\n- classes: [3]   # kept as written\n- random: 0.05\nYAML\n"
+            "unlearnkit list methods\n```\n")
+    (block,) = blocks(page, "p.md")
+    text = "- classes: [3]   # kept as written\n- random: 0.05\n"
+    assert block.commands() == [["cat", ">", "sub/requests.yaml", text], ["unlearnkit", "list", "methods"]]
+    assert run_page(page, "p.md", tmp_path, {}) == ["p.md:1"]
+    assert (tmp_path / "sub" / "requests.yaml").read_text() == "- classes: [3]   # kept as written\n- random: 0.05\n"
+
+
+@pytest.mark.parametrize("page,message", [
+    ("```bash\ncat > x.yaml <<'END'\nno end\n```\n", "never closed"),
+    ("```bash\ncat > ../x.yaml <<'END'\nx\nEND\n```\n", "inside the page's folder"),
+    ("```bash\ncat > /tmp/x.yaml <<'END'\nx\nEND\n```\n", "inside the page's folder"),
+])
+def test_a_here_document_stays_in_its_folder_and_ends(page, message):
+    (block,) = blocks(page, "p.md")
+    with pytest.raises(DocsTestError, match=message):
+        block.commands()

@@ -223,8 +223,8 @@ CONTENTS = {
     ("requests", "hostile name", "unknown key"): ("- '[red]classes': [3]\n", ["unknown key '[red]classes'"]),
     ("results", "wrong type", "a list"): ("[]", ["results.json"]),
     ("results", "empty", "{}"): ("{}", ["results.json"]),
-    ("results", "NaN/inf", "NaN literal"): (_results(lambda r: None).replace('"forget_acc": 1.0', '"forget_acc": NaN'),
-                                            ["NaN"]),
+    ("results", "NaN/inf", "Infinity literal"): (
+        _results(lambda r: None).replace('"forget_acc": 1.0', '"forget_acc": Infinity'), ["must be a finite number"]),
     ("results", "duplicate", "key twice"): (_results(lambda r: None)[:-1] + ', "schema": "unlearnkit.results/1"}',
                                             ["appears twice"]),
     ("results", "contradictory", "config vs task"): (
@@ -232,7 +232,7 @@ CONTENTS = {
     ("results", "huge", "a huge number"): (_results(lambda r: None).replace('"seed": 0', '"seed": ' + HUGE_INT),
                                            ["seed"]),
     ("fq", "wrong type", "a list"): ("[]", ["forgetting_quality"]),
-    ("fq", "NaN/inf", "NaN literal"): ('{"schema": NaN}', ["NaN"]),
+    ("fq", "NaN/inf", "NaN literal"): ('{"schema": NaN}', ["is not a forgetting_quality.json"]),
     ("fq", "duplicate", "key twice"): ('{"schema": 1, "schema": 2}', ["appears twice"]),
     ("indices", "NaN/inf", "nan in text"): ("1 2 nan\n", ["item 3 of line 1"]),
     ("indices", "wrong type", "words"): ("one two\n", ["item 1 of line 1"]),

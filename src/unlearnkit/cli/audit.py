@@ -227,8 +227,8 @@ def _models(original: Path, unlearned: Path, retrained: list[Path], *, model, bu
 def _print_report(report, console) -> None:
     """Verdict, evidence and the per-layer table; user text (layer names, evidence) printed literally."""
     from rich.markup import escape
-    from rich.table import Table
-    from rich.text import Text
+
+    from ..progress import print_table
 
     style = VERDICT_STYLE.get(report.verdict, "bold")
     console.print(f"verdict: [{style}]{escape(report.verdict_line)}[/] (rests on the {report.rests_on} data: "
@@ -238,19 +238,18 @@ def _print_report(report, console) -> None:
     rows = report.layers[report.rests_on]
     if not rows:
         return
-    table = Table(title=f"layers, {report.rests_on} data", show_lines=False)
-    for col in ("layer", "ΔAUROC [CI]", "sep. ratio [CI]", "LPR (Mirage)", "CKA orig.", "CKA retr.", "tolerance"):
-        table.add_column(col, no_wrap=col == "layer")
+    header = ["layer", "sep. ratio [CI]", "tolerance", "ΔAUROC [CI]", "LPR (Mirage)", "CKA orig.", "CKA retr."]
+    cells = []
     for r in rows:
-        cka = (f"{r.cka_original:.3f}", f"{r.cka_retrain:.3f}")
+        cka = [f"{r.cka_original:.3f}", f"{r.cka_retrain:.3f}"]
         if r.probed:
             d, s = r.delta_auroc, r.separability_ratio
-            table.add_row(Text(r.layer), f"{d.value:+.1f} [{d.low:+.1f}, {d.high:+.1f}]",
-                          f"{s.value:.2f} [{s.low:.2f}, {s.high:.2f}]", f"{r.lpr:.1f}", *cka,
-                          f"{r.separability_margin:.3g}x")
+            cells.append([r.layer, f"{s.value:.2f} [{s.low:.2f}, {s.high:.2f}]", f"{r.separability_margin:.3g}x",
+                          f"{d.value:+.1f} [{d.low:+.1f}, {d.high:+.1f}]", f"{r.lpr:.1f}", *cka])
         else:
-            table.add_row(Text(r.layer), "too few samples", "", "n/a", *cka, "")
-    console.print(table)
+            cells.append([r.layer, "too few samples", "", "", "n/a", *cka])
+    # at most 100 columns: the statistic the verdict reads and its tolerance first, the rest folded below
+    print_table(f"layers, {report.rests_on} data", header, cells, right={4, 5, 6}, file=console.file)
     pen = report.layer(report.penultimate)
     if pen.tolerance is not None:
         console.print(f"tolerance: {pen.tolerance.describe()}", highlight=False, markup=False)

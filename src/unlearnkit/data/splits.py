@@ -53,7 +53,7 @@ class ForgetSpec:
         if self.flipped is not None:
             object.__setattr__(self, "flipped", validate.forget_flipped("flipped", self.flipped))
         if self.random is not None:
-            object.__setattr__(self, "random", validate.forget_random("random", self.random))
+            validate.number("random", self.random)  # a finite number (its domain: make_split says what it selects)
         if self.indices_file is not None:
             object.__setattr__(self, "indices_file", validate.text("indices_file", str(self.indices_file)
                                                                    if isinstance(self.indices_file, Path)
