@@ -8,7 +8,13 @@ Rules (also in docs/layout.md's "Docs that run"):
   comments between) configure it; one that is followed by anything else fails the test (it would configure
   nothing). Directives:
 
-  - ``skip (reason)``: the block is not run; the reason, in parentheses, is required.
+  - ``skip (reason)``: the block is not run; the reason, in parentheses, is required. Only for a block that
+    needs a file the reader brings (their own checkpoints) or a fragment that is not a whole program.
+  - ``check (reason)``: the block is not run (it takes an hour, several processes or GPUs) but checked against
+    the code (runner.check_page): every ``unlearnkit`` command (also under ``torchrun ... -m unlearnkit``) is
+    parsed by the CLI (the command and each option exist, each value has its option's type), ``make TARGET``
+    names a rule of the Makefile, ``pip install ".[extra]"`` extras exist in pyproject.toml, ``pytest PATH``
+    paths and ``python SCRIPT.py`` scripts exist; a Python block compiles. Any other command fails the check.
   - ``tiny ITEM ...`` (items split like a shell line): ``--option=VALUE`` or ``--flag`` is set on every
     ``unlearnkit`` command of the block that has that option (replacing the value the page gives);
     ``OLD=>NEW`` replaces text in the block before anything else (shell and Python blocks alike).
@@ -32,6 +38,7 @@ RUN = SHELL | {"python"}
 FENCE = re.compile(r"^\s*(```|~~~)\s*([^\s`]*)")
 DIRECTIVE = re.compile(r"^\s*<!--\s*docs-test:\s*(.*?)\s*-->\s*$")
 SKIP = re.compile(r"^skip\s+\((.+)\)$")
+CHECK = re.compile(r"^check\s+\((.+)\)$")
 HEREDOC = re.compile(r"""^cat\s*>\s*(?P<path>[\w./-]+)\s*<<-?\s*(?P<q>['"]?)(?P<tag>\w+)(?P=q)\s*$""")
 
 
@@ -46,6 +53,7 @@ class Block:
     lang: str
     text: str
     skip: str | None = None
+    check: str | None = None  # checked against the code, not run (the reason)
     options: list[str] = field(default_factory=list)  # --option=VALUE / --flag
     replace: list[tuple[str, str]] = field(default_factory=list)
     namespace: str | None = None
@@ -106,11 +114,11 @@ class Block:
 def _configure(block: Block, directives: list[tuple[int, str]], page: str) -> None:
     for line, text in directives:
         kind, _, rest = text.partition(" ")
-        if kind == "skip":
-            m = SKIP.match(text)
+        if kind in ("skip", "check"):
+            m = SKIP.match(text) if kind == "skip" else CHECK.match(text)
             if not m:
-                raise DocsTestError(f"{page}:{line}: write `docs-test: skip (reason)`, with the reason")
-            block.skip = m.group(1)
+                raise DocsTestError(f"{page}:{line}: write `docs-test: {kind} (reason)`, with the reason")
+            setattr(block, kind, m.group(1))
         elif kind == "tiny":
             for item in shlex.split(rest):
                 if "=>" in item:
@@ -123,7 +131,8 @@ def _configure(block: Block, directives: list[tuple[int, str]], page: str) -> No
         elif kind == "namespace":
             block.namespace = rest.strip()
         else:
-            raise DocsTestError(f"{page}:{line}: unknown docs-test directive {kind!r} (skip, tiny or namespace)")
+            raise DocsTestError(f"{page}:{line}: unknown docs-test directive {kind!r} (skip, check, tiny or "
+                                f"namespace)")
 
 
 def blocks(text: str, page: str) -> list[Block]:
@@ -145,7 +154,9 @@ def blocks(text: str, page: str) -> list[Block]:
             if end is None:
                 raise DocsTestError(f"{page}:{i + 1}: the fence is never closed")
             indent = len(ln) - len(ln.lstrip())
-            body = "\n".join(x[indent:] if x[:indent].isspace() else x.lstrip() for x in lines[i + 1:end])
+            # a fence indented by ``indent`` (in a list item): its lines lose that much (a fence at the margin: none)
+            body = "\n".join(x[indent:] if indent == 0 or x[:indent].isspace() else x.lstrip()
+                              for x in lines[i + 1:end])
             if lang in RUN:
                 block = Block(page, i + 1, lang, body + "\n")
                 _configure(block, pending, page)
