@@ -77,7 +77,7 @@ def print_table(title: str, header: list[str], rows: list[list[str]], *, right: 
 
     def build(cols: list[int], part: str) -> Table:
         table = Table(title=Text(title + part), box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False,
-                      title_justify="left")
+                      title_justify="left", min_width=min(limit, len(title + part)))  # the title on one line
         for i in cols:  # headers wrap by words; a cell outside ``wrap`` keeps its whole width
             table.add_column(Text(header[i]), justify="right" if i in right else "left", overflow="fold",
                              **({"min_width": need(i)} if i in wrap else {"width": need(i)}))
