@@ -1,4 +1,5 @@
-# Targets: demo, test (the offline suite, CI's), test-distributed (torchrun and Ray: processes and a local cluster,
+# Targets: demo, test (the offline suite, CI's), smoke (a handful of fast checks, under a minute),
+# test-distributed (torchrun and Ray: processes and a local cluster,
 # 2 min), test-fast (unit + methods, < 2 min), test-docs (every block
 # of README.md and docs/ run at tiny size), browser (chromium for the
 # real-browser test), docs (docs/methods.md), leaderboard (docs/leaderboard.md from results/), lint, install, bench,
@@ -10,11 +11,14 @@ STAMP   := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 # Extra pytest arguments, e.g. `make test-fast PYTEST_ARGS=--durations=25`.
 PYTEST_ARGS ?=
+# pytest's verbosity: -q (dots) for a person at the terminal; .ci/run sets PYTEST_QUIET= so that CI's log names
+# every test file with its dots (which file failed is on the line before the F)
+PYTEST_QUIET ?= -q
 # The fast tier leaves out what spawns torchrun, starts Ray, drives a browser or is heavy (markers in pyproject.toml).
 FAST_MARKS  := not slow and not torchrun and not ray and not browser and not heavy
 BROWSERS    := chromium chromium-browser google-chrome
 
-.PHONY: demo test test-distributed test-fast test-docs browser docs leaderboard lint install clean-runs bench
+.PHONY: demo test smoke test-distributed test-fast test-docs browser docs leaderboard lint install clean-runs bench
 
 # The virtual environment takes about 6.2 GiB (torch, triton and the CUDA libraries are 5.2 GiB of it): check the
 # disk before creating it, so a full disk ends in one line rather than in pip's OSError halfway through.
@@ -53,18 +57,29 @@ demo: $(STAMP)
 # The whole offline suite (`slow` and `docs` are left out, by pyproject.toml's addopts). It does not install a
 # browser: without one the real-browser test skips and says `make browser`.
 test: $(DEV_STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PYTEST_QUIET) $(PYTEST_ARGS)
+
+# Under a minute on 2 cores, nothing trained: the import contract, the CLI's and the API's bad-input sweeps
+# (tests/sweep: every option, file kind and public function against each family of bad input), the docs
+# tier's rules, the table width, the atomic writer and locks on a full disk.
+SMOKE := tests/unit/test_layering.py tests/sweep tests/docs/test_docblocks.py tests/unit/test_tables.py \
+	tests/unit/test_input_checks.py "tests/integration/test_faults.py::test_a_full_disk_in_torch_save_is_a_write_failed_naming_the_file" \
+	"tests/integration/test_faults.py::test_write_together_leaves_all_files_or_none" \
+	"tests/integration/test_faults.py::test_a_lock_is_exclusive_and_leaves_no_file" \
+	"tests/integration/test_faults.py::test_tune_without_optuna_says_how_to_install_it"
+smoke: $(DEV_STAMP)
+	$(BIN)/python -m pytest $(PYTEST_QUIET) $(SMOKE) $(PYTEST_ARGS)
 
 test-distributed: $(DEV_STAMP)
-	$(BIN)/python -m pytest -q -m "(torchrun or ray) and not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PYTEST_QUIET) -m "(torchrun or ray) and not slow" $(PYTEST_ARGS)
 
 test-fast: $(DEV_STAMP)
-	$(BIN)/python -m pytest -q tests/unit tests/methods -m "$(FAST_MARKS)" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PYTEST_QUIET) tests/unit tests/methods -m "$(FAST_MARKS)" $(PYTEST_ARGS)
 
 # Docs that run: every bash/console/python block of README.md and docs/*.md at tiny size, in-process
 # (tests/docs/, marker `docs`; left out of `make test` by pyproject.toml's addopts; .ci/run runs it).
 test-docs: $(DEV_STAMP)
-	$(BIN)/python -m pytest -q tests/docs -m docs $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PYTEST_QUIET) tests/docs -m docs $(PYTEST_ARGS)
 
 # Chromium for tests/integration/test_report_html.py: nothing to do when one is on PATH; apt-get install
 # as root where apt-get exists; otherwise one line saying how.

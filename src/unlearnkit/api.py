@@ -27,9 +27,10 @@ from torch import nn
 
 from . import validate
 from .audit.user import check_model, device_for, probe, read_parts
+from .checkpoints import require_finite
 from .data.splits import UnlearningSplit
 from .data.user import user_split
-from .errors import UserError
+from .errors import NonFiniteLossError, UserError
 from .methods import METHODS, UnlearningMethod
 from .methods.base import UnlearnResult
 from .methods.names import method_names
@@ -93,8 +94,11 @@ def unlearn(model: nn.Module, method: str | UnlearningMethod, *, forget, retain=
 
     Every argument is checked before any work (a :class:`~unlearnkit.UserError` naming it): the model
     must be float32 (float64 and half models are refused, not converted: ``model.float()``) with
-    trainable parameters; forget rows may not also appear in ``retain``."""
-    model = check_model(model, "model", trainable=True)
+    trainable parameters and finite weights (a NaN or an infinity is refused, naming the tensor); forget rows
+    may not also appear in ``retain``; no part may be on the ``meta`` device. Hyperparameters under which
+    the loss becomes NaN or infinite end in a :class:`~unlearnkit.UserError` too (naming the method and the
+    step; ``model`` is unchanged)."""
+    model = require_finite(check_model(model, "model", trainable=True), "model")
     seed = validate.whole("seed", seed, low=0, high=validate.MAX_SEED)
     dev = device_for(device, model)
     if forget is None:
@@ -103,6 +107,9 @@ def unlearn(model: nn.Module, method: str | UnlearningMethod, *, forget, retain=
     model, num_classes = probe(model, parts["forget"].x[:4], "model")
     split = user_split(**parts, num_classes=num_classes)
     chosen = _method(method, split, preset, hyperparameters)
-    result = unlearn_split(model, chosen, split, device=dev, seed=seed, progress=bool(progress))
+    try:
+        result = unlearn_split(model, chosen, split, device=dev, seed=seed, progress=bool(progress))
+    except NonFiniteLossError as e:  # the hyperparameters diverge on this model: the caller's to change
+        raise UserError(f"{e}; the model passed in is unchanged") from None
     result.model = users_class(result.model)
     return result

@@ -8,19 +8,23 @@ Loading always uses ``torch.load(weights_only=True)``: no code in a checkpoint i
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
+import shutil
+import stat
 import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
 
-from .errors import CheckpointError, UserError
+from . import validate
+from .errors import CheckpointError, UserError, WriteFailed
 
 FORMAT = "unlearnkit.checkpoint/1"
 
@@ -37,6 +41,7 @@ def state_sha256(state_dict: dict[str, torch.Tensor]) -> str:
 
 
 def file_sha256(path: str | Path) -> str:
+    validate.not_special("file", path)  # a device or a FIFO would never end
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -63,25 +68,73 @@ def atomic_write_bytes(path: str | Path, write) -> None:
     The file gets the mode a plain ``open`` would give (0666 less the umask): a shared results
     folder stays readable by the team (``mkstemp`` alone would leave it 0600). The temp file is
     locked while it is written; once ``path`` is in place, the temp files a killed earlier write of
-    it left behind are removed (:func:`remove_stale_temps`), so a rerun leaves no ``.*.tmp``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    it left behind are removed (:func:`remove_stale_temps`), so a rerun leaves no ``.*.tmp``.
+
+    A write the file system refuses (a full disk, a quota, a read-only file system) raises
+    :class:`~unlearnkit.errors.WriteFailed` naming ``path``, also where ``torch.save`` wraps the
+    ``OSError`` in a ``RuntimeError``; the temp file is removed and ``path`` keeps what it held. A ``path``
+    that is a folder, a device, a FIFO or a socket is a :class:`UserError` before anything is written (the
+    rename would replace ``/dev/null`` itself)."""
+    path = _target(path)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         fcntl.flock(fd, fcntl.LOCK_EX)  # a live writer's temp file: never taken for a stale one
         os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as f:
-            write(f)
+            sink = _Recording(f)
+            try:
+                write(sink)
+            except OSError:
+                raise
+            except Exception:
+                if sink.error is not None:  # torch.save turns the OSError of a write into a RuntimeError
+                    raise sink.error from None
+                raise
             f.flush()
             os.fsync(f.fileno())
+            _target(path)  # still a file (or nothing) the moment it is replaced
             os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+    except BaseException as e:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+        if isinstance(e, OSError) and not isinstance(e, WriteFailed) and e.errno is not None:
+            raise WriteFailed(e.errno, e.strerror, str(path)) from None
         raise
     remove_stale_temps(path)
+
+
+def _target(path) -> Path:
+    """``path`` as a file to write: a path (text or ``os.PathLike``) that is not a folder, a device, a FIFO or a
+    socket (a :class:`UserError` naming it)."""
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise UserError(f"path must be a file path (text or a pathlib.Path), not {path!r}")
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path} is a folder; give a file name")
+    validate.not_special("path", path, output=True)
+    return path
+
+
+class _Recording:
+    """A file object that remembers the first ``OSError`` its ``write`` raised (for callers that wrap it)."""
+
+    def __init__(self, f) -> None:
+        self._f, self.error = f, None
+
+    def write(self, data) -> int:
+        try:
+            return self._f.write(data)
+        except OSError as e:
+            self.error = self.error or e
+            raise
+
+    def __getattr__(self, name: str):
+        return getattr(self._f, name)
 
 
 #: a temp file younger than this is left alone (its writer may be between mkstemp and its lock)
@@ -117,6 +170,129 @@ def remove_stale_temps(path: str | Path) -> int:
         finally:
             os.close(fd)
     return removed
+
+
+class LockBusy(UserError):
+    """:func:`file_lock` with ``wait=False`` found the lock held by another process."""
+
+
+@contextlib.contextmanager
+def file_lock(path: str | Path, *, wait: bool = True, busy: str | None = None) -> Iterator[None]:
+    """Hold an exclusive lock (``flock``) on the file ``path`` (created) while the block runs; the file is
+    removed when the lock is released, so none is left behind (not after a full disk either). ``wait=False``:
+    when another process holds it, :class:`LockBusy` with the message ``busy`` at once.
+
+    A lock file is only removed while it is held, and a process that got the lock checks that its file is
+    still the one at ``path`` (else it locks the new one): two processes never both hold ``path``'s lock. A
+    process killed while holding it leaves the file, unlocked: the next one takes it and removes it. The
+    holder's process id is written into it (best effort) for the message a waiter gives."""
+    path = Path(path)
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o666)
+        except OSError as e:
+            raise WriteFailed(e.errno, e.strerror, str(path)) from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise UserError(f"lock file {path} is {validate.special_kind(path) or 'not a regular file'}; remove it")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            holder = _lock_holder(fd)
+            os.close(fd)
+            raise LockBusy((busy or f"{path} is locked by another process") + holder) from None
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:  # its holder removed it while this process waited
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        with contextlib.suppress(OSError):  # a full disk may refuse even these few bytes: the lock still holds
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        os.close(fd)
+
+
+def lock_held(path: str | Path) -> str | None:
+    """Whether another process holds :func:`file_lock` on ``path``: `` (process N)`` (or ``""``) when it does,
+    None when not. Creates nothing (a probe before any write); the lock itself is still taken with
+    :func:`file_lock`, which refuses the same way should a process take it in between."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return None
+    except BlockingIOError:
+        return _lock_holder(fd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _lock_holder(fd: int) -> str:
+    """`` (process 1234)`` from a lock file's content, or ``""``."""
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+    return f" (process {text})" if text.isdigit() else ""
+
+
+def write_together(out_dir: str | Path, write: Callable[[Path], dict]) -> dict:
+    """All of a set of files or none: ``write(folder)`` writes them into a hidden staging folder inside
+    ``out_dir`` (same file system) and returns ``{key: path}``; each is then moved into ``out_dir`` (a rename
+    needs no space). When ``write`` fails (a full disk), the staging folder is removed and ``out_dir`` holds
+    what it held before: no lone ``audit.json`` without its ``audit.md``. Returns ``{key: final path}``."""
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        _remove_stale_stages(out)
+        stage = Path(tempfile.mkdtemp(prefix=".staging.", suffix=".tmp", dir=out))
+    except OSError as e:
+        raise WriteFailed(e.errno, e.strerror, str(out)) from None
+    try:
+        written = write(stage)
+        final = {}
+        for key, p in written.items():
+            p = Path(p)
+            target = out / p.relative_to(stage)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(p, target)
+            final[key] = target
+        return final
+    except OSError as e:
+        if e.errno is None:
+            raise
+        name = str(e.filename or out)
+        if name.startswith(str(stage)):  # name the file where it was going, not the staging folder
+            name = str(out / Path(name).relative_to(stage))
+        raise WriteFailed(e.errno, e.strerror, name) from None
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+#: a staging folder older than this is a killed writer's (a live one moves its files out in seconds)
+STALE_STAGE_S = 3600.0
+
+
+def _remove_stale_stages(out: Path) -> None:
+    """Remove the staging folders of :func:`write_together` a killed process left in ``out``."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(out):
+            if entry.name.startswith(".staging.") and entry.name.endswith(".tmp") and \
+                    entry.is_dir(follow_symlinks=False) and time.time() - entry.stat().st_mtime > STALE_STAGE_S:
+                shutil.rmtree(entry.path, ignore_errors=True)
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -156,9 +332,14 @@ def save_checkpoint(model: nn.Module, path: str | Path, meta: dict | None = None
 def read_checkpoint(path: str | Path) -> dict:
     """The payload, safely (weights_only) and checked by structure (:func:`check_structure`): a clear
     :class:`CheckpointError` naming the file for a missing, corrupt, truncated or misshapen one."""
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise CheckpointError(f"path must be a checkpoint file's path (text or a pathlib.Path), not {path!r}")
     p = Path(path).expanduser()
+    kind = validate.special_kind(p)
+    if kind is not None:  # never opened: reading a FIFO waits forever, /dev/zero never ends
+        raise CheckpointError(f"checkpoint {p} is {kind}, not a regular file; it was not read")
     if not p.is_file():
-        raise CheckpointError(f"checkpoint {p} does not exist")
+        raise CheckpointError(f"checkpoint {p} {'is a folder, not a file' if p.is_dir() else 'does not exist'}")
     try:
         with warnings.catch_warnings():  # torch's warnings about a foreign pickle: the error below says it
             warnings.simplefilter("ignore")

@@ -189,7 +189,8 @@ def load_config(path: str | Path | None, overrides: dict | None = None) -> RunCo
     data: dict = {}
     if path is not None:
         p, loaded = validate.yaml_file("config file", path)
-        loaded = {} if loaded is None else loaded
+        if loaded is None:  # an empty file (or only comments): a truncated one would pass silently
+            raise UserError(f"config file {p} is empty: give its keys (dataset: digits, ...), or leave --config out")
         if not isinstance(loaded, dict):
             raise UserError(f"config file {p} must hold a mapping of keys")
         data = check_keys(loaded, str(p))

@@ -29,7 +29,8 @@ from pathlib import Path
 from . import validate
 
 SCHEMA = "unlearnkit.results/1"
-#: the schema of ``forgetting_quality.json`` (written by :mod:`unlearnkit.forgetting_quality`, read by the report)
+#: the schema of ``forgetting_quality.json`` (written by :mod:`unlearnkit.forgetting_quality_experiment`, read by
+#: the report)
 FORGETTING_QUALITY_SCHEMA = "unlearnkit.forgetting_quality/1"
 #: the keys of the two reference rows of ``models`` (every other key is a method's label)
 ORIGINAL, RETRAIN = "original", "retrain"

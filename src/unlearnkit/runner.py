@@ -19,22 +19,18 @@ import hashlib
 import json
 import math
 import subprocess
-import sys
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
-from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
 
 from . import distributed, validate
 from .audit import AuditConfig, write_audit
 from .audit import audit as audit_model
 from .audit.memo import AuditCache
-from .checkpoints import atomic_write_text, load_checkpoint, save_checkpoint
+from .checkpoints import atomic_write_text, load_checkpoint, save_checkpoint, write_together
 from .config import RunConfig, _construct
 from .data.concepts import make_concept_split
 from .data.datasets import DatasetBundle, load_dataset
@@ -51,6 +47,7 @@ from .mirage_table import mirage_table_markdown
 from .models.vfl import default_bottom, transmitted_layers
 from .models.zoo import audit_layers
 from .progress import console
+from .progress import print_table as print_rich_table
 from .results import RunResults, describe_forget, model_label
 from .runtime import Runtime, resolve_device
 from .training import (
@@ -294,7 +291,7 @@ class Evaluation:
                           outputs={"original": self.original_outputs, "unlearned": outputs,
                                    "retrained": self.retrain_outputs},
                           references=[reference_provenance(r) for r in found])
-        write_audit(rep, exp.out / "audits" / name)
+        write_together(exp.out / "audits" / name, lambda folder: write_audit(rep, folder))  # all three or none
         self.models[name]["audit"] = rep.to_dict()
         console.print(f"  audit {name}: [bold]{escape(rep.verdict_line)}[/] ({rep.timing['total_s']:.1f}s)")
         if rep.transmitted:
@@ -470,20 +467,27 @@ def results_markdown(results: dict) -> str:
 
 def write_results(results: dict, out: Path) -> None:
     """results.json (strict JSON: a NaN anywhere, e.g. a method's history row with nothing to measure,
-    is written as null) and results.md."""
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "results.json",
-                      json.dumps(validate.finite_or_none(results), indent=2, allow_nan=False) + "\n")
-    atomic_write_text(out / "results.md", results_markdown(results) + mirage_table_markdown(results))
+    is written as null) and results.md, together (:func:`~unlearnkit.checkpoints.write_together`: both or,
+    on a full disk, neither)."""
+    def write(folder: Path) -> dict:
+        atomic_write_text(folder / "results.json",
+                          json.dumps(validate.finite_or_none(results), indent=2, allow_nan=False) + "\n")
+        atomic_write_text(folder / "results.md", results_markdown(results) + mirage_table_markdown(results))
+        return {"json": folder / "results.json", "md": folder / "results.md"}
+
+    write_together(out, write)
 
 
 def print_table(results: RunResults) -> None:
     """The results table (as in results.md) on the terminal."""
     header, rows = table_rows(results.to_dict())
-    table = Table(title=escape(f"{results.task['dataset']} / {model_label(results.task)}: forget "
-                               f"{describe_forget(results.task['forget'])}"))
-    for i, h in enumerate(header):
-        table.add_column(h, justify="left" if i == 0 or h == "verdict" else "right")
-    for r in rows:
-        table.add_row(*(Text(c) for c in r))
-    Console(width=None if sys.stdout.isatty() else 160).print(table)
+    title = f"{results.task['dataset']} / {model_label(results.task)}: forget {describe_forget(results.task['forget'])}"
+    verdict = [i for i, h in enumerate(header) if h == "verdict"]
+    later = [i for i, h in enumerate(header) if h in LESS_IMPORTANT]  # folded into a second table when too wide
+    order = [0, *verdict, *(i for i in range(1, len(header)) if i not in verdict and i not in later), *later]
+    print_rich_table(title, header, rows, right={i for i in range(1, len(header)) if i not in verdict},
+                     wrap=set(verdict), order=order)
+
+
+#: the run table's columns a terminal narrower than all of them sees in its second part (results.md has all)
+LESS_IMPORTANT = ("MIA AUC", "time (s)", "speedup", "test acc (all)")

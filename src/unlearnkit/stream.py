@@ -57,7 +57,7 @@ from rich.markup import escape
 from torch import nn
 
 from . import validate
-from .checkpoints import atomic_write_text, load_checkpoint, save_checkpoint
+from .checkpoints import LockBusy, atomic_write_text, file_lock, load_checkpoint, lock_held, save_checkpoint
 from .config import RunConfig
 from .data.splits import ForgetSpec, UnlearningSplit, read_indices, split_hash
 from .errors import CheckpointError, UserError
@@ -317,6 +317,9 @@ def run_stream(cfg: RunConfig, requests: list[Request], *, fallback: str = "none
     (configuration, methods, every request against the data) before any model is trained. Writes
     ``cfg.out`` and resumes from it; returns the :class:`StreamResults`."""
     check_stream_config(cfg, fallback)
+    holder = lock_held(Path(cfg.out) / LOCK_FILE)
+    if holder is not None:  # before anything is read or printed; writing() takes the lock itself
+        raise LockBusy(_busy(Path(cfg.out)) + holder)
     resolved: list[list[Step]] = []
 
     def build(c: RunConfig, bundle) -> UnlearningSplit:
@@ -330,7 +333,29 @@ def run_stream(cfg: RunConfig, requests: list[Request], *, fallback: str = "none
     for name in methods:
         if "original" in METHODS.get(name).needs:
             log.info("%s reads the original: in a stream that is the model before each request", name)
-    return _Stream(exp, resolved[0], methods, fallback).run()
+    with writing(exp.out):
+        return _Stream(exp, resolved[0], methods, fallback).run()
+
+
+#: the lock file a running stream holds in its folder (removed when it ends)
+LOCK_FILE = ".stream.lock"
+
+
+def writing(out: Path):
+    """The lock on a stream's folder ``out`` (made when missing): a second stream into the same folder is
+    refused at once with one line, before it writes anything (both would write the same steps and
+    results.json). The lock goes with the process: a killed stream leaves none that blocks the rerun."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        from .errors import WriteFailed
+
+        raise WriteFailed(e.errno, e.strerror, str(out)) from None
+    return file_lock(out / LOCK_FILE, wait=False, busy=_busy(out))
+
+
+def _busy(out: Path) -> str:
+    return f"another unlearnkit stream is writing {out}: wait for it to finish, or give another --out"
 
 
 class _Stream:

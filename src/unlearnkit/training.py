@@ -12,7 +12,6 @@ the cache and the partial state, and sends the others what they need (``distribu
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -26,8 +25,8 @@ from torch import nn
 
 from . import distributed, validate
 from ._version import __version__
-from .checkpoints import atomic_write_bytes, load_checkpoint, save_checkpoint
-from .errors import CheckpointError, UserError
+from .checkpoints import atomic_write_bytes, file_lock, load_checkpoint, save_checkpoint
+from .errors import CheckpointError, UserError, WriteFailed
 from .loop import Recipe, fit
 from .models.zoo import create_model
 from .runtime import Runtime
@@ -122,13 +121,15 @@ def reference_model(kind: str, split, model_name: str, recipe: Recipe, *, seed: 
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
     ds = split.dataset.name.replace("/", "_").replace(":", "_")[:40]
-    path = cache / f"{ds}-{model_name.replace(':', '_')}-{kind}-s{seed}-{digest}.pt"
+    path = cache / f"{ds}-{model_name.replace(':', '_').replace('/', '_')}-{kind}-s{seed}-{digest}.pt"
     main = distributed.world().is_main
     if main:
-        cache.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "w") if main else contextlib.nullcontext() as lock:
-        if main:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # no two processes (jobs) train the same model
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise WriteFailed(e.errno, e.strerror, str(cache)) from None
+    # no two processes (jobs) train the same model; the lock file goes with the lock (none is left stale)
+    with file_lock(path.with_suffix(".lock")) if main else contextlib.nullcontext():
         cached = _cached(path, kind) if main else None
         if distributed.world().size > 1:  # the other ranks get rank 0's cached model, or train with it
             got = distributed.broadcast_torch(None if cached is None else {"state": cached[0].state_dict(),
@@ -169,6 +170,8 @@ def check_model(model_name: str, bundle, model_kwargs: dict) -> None:
     value is one :class:`UserError` line, not a traceback minutes later."""
     try:
         _build(model_name, bundle, model_kwargs)
+    except UserError:  # an unknown name already says what to do (a UserError is a ValueError too)
+        raise
     except (TypeError, ValueError, RuntimeError) as e:
         raise UserError(f"cannot build model {model_name} with model_kwargs {model_kwargs}: "
                         f"{' '.join(str(e).split())}") from None
@@ -193,7 +196,7 @@ def _cached(path: Path, kind: str) -> tuple[nn.Module, dict] | None:
 
 
 def _partial(partial: Path, kind: str) -> dict | None:
-    if not partial.exists():
+    if not partial.is_file() or validate.special_kind(partial) is not None:  # a FIFO would block torch.load
         return None
     try:
         resume = torch.load(partial, map_location="cpu", weights_only=True)

@@ -26,8 +26,10 @@ What is searched is each method's own ``SEARCH_SPACE`` (declared in its file).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
+import os
 import time
 import warnings
 from dataclasses import dataclass, replace
@@ -37,9 +39,10 @@ import torch
 
 from . import validate
 from .audit import AuditConfig, audit
+from .checkpoints import file_lock
 from .config import RunConfig
 from .data.arrays import ArrayData
-from .errors import NonFiniteLossError, UserError
+from .errors import NonFiniteLossError, UserError, WriteFailed
 from .evaluation import model_outputs, output_metrics
 from .methods import METHODS
 from .methods.base import Search
@@ -165,21 +168,117 @@ def storage_url(db: Path) -> str:
     return url.render_as_string(hide_password=False)
 
 
+def require_optuna():
+    """Optuna, or one UserError saying how to install it (it is the ``tune`` extra, not a dependency of the
+    library: ``pip install -e .`` does not bring it)."""
+    try:
+        import optuna
+    except ImportError:
+        raise UserError("unlearnkit tune needs Optuna, which is not installed: pip install 'unlearnkit[tune]' (or "
+                        "pip install optuna)") from None
+    return optuna
+
+
 def storage(db: Path):
-    """Optuna's SQLite storage in the project's store (a heartbeat marks trials of a killed run failed)."""
+    """Optuna's SQLite storage in the project's store (a heartbeat marks trials of a killed run failed).
+
+    Made under a lock beside the store (:func:`unlearnkit.checkpoints.file_lock`, ``<db>.tune.lock``): two
+    ``tune`` processes starting on a new store would both create Optuna's tables, and one died on
+    ``UNIQUE constraint failed: alembic_version.version_num``; the second now waits the moment the first
+    takes to create them, then opens them. A store whose tables belong to another program (a ``studies``
+    table of other columns) is one UserError naming ``--db``."""
+    optuna = require_optuna()
+
+    check_store(db)
+    try:
+        db.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise WriteFailed(e.errno, e.strerror, str(db.parent)) from None
+    with file_lock(db.with_name(db.name + ".tune.lock")), warnings.catch_warnings():
+        # heartbeats are "experimental" in Optuna; they are what makes resuming work
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        with _study_errors(db):
+            return optuna.storages.RDBStorage(storage_url(db), engine_kwargs={"connect_args": {"timeout": 60}},
+                                              heartbeat_interval=30, grace_period=90)
+
+
+@contextlib.contextmanager
+def _study_errors(db: Path):
+    """Optuna's and SQLAlchemy's errors about the file itself as one UserError naming ``--db`` (another
+    program's tables, a locked or read-only file); a full disk stays what it is (the CLI says it)."""
     import optuna
     from sqlalchemy.exc import SQLAlchemyError
 
-    check_store(db)
-    db.parent.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna; they are what makes resuming work
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        try:
-            return optuna.storages.RDBStorage(storage_url(db), engine_kwargs={"connect_args": {"timeout": 60}},
-                                              heartbeat_interval=30, grace_period=90)
-        except SQLAlchemyError as e:  # a SQLite file of another program, a locked or read-only one
-            raise UserError(f"--db {db} cannot hold the study ({' '.join(str(getattr(e, 'orig', e)).split())})") \
-                from None
+    try:
+        yield
+    except (SQLAlchemyError, optuna.exceptions.StorageInternalError) as e:
+        cause = e if isinstance(e, SQLAlchemyError) else (e.__cause__ or e.__context__ or e)
+        detail = " ".join(str(getattr(cause, "orig", cause)).split())
+        if any(t in detail.lower() for t in ("disk is full", "readonly database")):
+            raise
+        raise UserError(f"--db {db} cannot hold the study ({detail[:160]}): it holds tables of another program? "
+                        f"give the results store (results/unlearnkit.db) or a new file") from None
+
+
+def create_study(db: Path, name: str, seed: int):
+    """The study ``name`` in the store ``db`` (created, or loaded when it exists), under the lock of
+    :func:`storage`; trials a killed process left ``RUNNING`` are marked failed (:func:`fail_orphans`)."""
+    optuna = require_optuna()
+    st = storage(db)
+    with file_lock(db.with_name(db.name + ".tune.lock")), _study_errors(db):
+        study = optuna.create_study(study_name=name, storage=st, direction="minimize", sampler=sampler(seed),
+                                    pruner=optuna.pruners.MedianPruner(n_startup_trials=5), load_if_exists=True)
+        fail_orphans(study)
+    return study
+
+
+#: the user attributes that say which process runs a trial (set when it starts)
+OWNER_KEYS = ("host", "pid", "pid_started")
+
+
+def owner() -> dict:
+    """This process, as a trial records it: the host, the pid and when the pid started (a pid is reused)."""
+    import socket
+
+    return {"host": socket.gethostname(), "pid": os.getpid(), "pid_started": _started(os.getpid())}
+
+
+def _started(pid: int) -> str | None:
+    """When process ``pid`` started (its start time in clock ticks since boot, from /proc), or None."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _alive(attrs: dict) -> bool:
+    """Whether the process a trial's attributes name still runs (True when it cannot tell: another host, no
+    record: those trials are left to Optuna's heartbeat)."""
+    import socket
+
+    if attrs.get("host") != socket.gethostname() or not isinstance(attrs.get("pid"), int):
+        return True
+    started = _started(attrs["pid"])
+    return started is not None and (attrs.get("pid_started") is None or started == attrs["pid_started"])
+
+
+def fail_orphans(study) -> list[int]:
+    """Mark failed every trial of ``study`` still ``RUNNING`` whose process is gone (killed with ``kill -9``:
+    it never finished its trial); returns their numbers. A trial of this host records its process
+    (:func:`owner`), so a resumed ``tune`` frees its orphans at once; a trial another host runs is left to
+    Optuna's heartbeat (stale after its grace period of 90 s)."""
+    import optuna
+
+    gone = []
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        attrs = t.system_attrs.get("unlearnkit_owner") or {}
+        if not _alive(attrs):
+            study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+            gone.append(t.number)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        optuna.storages.fail_stale_trials(study)  # other hosts' trials past the heartbeat's grace period
+    return gone
 
 
 def trial_seed(seed: int, number: int) -> int:
@@ -258,6 +357,7 @@ def objective_for(task: Task, method: str, preset: str):
     import optuna
 
     def objective(trial) -> float:
+        trial.storage.set_trial_system_attr(trial._trial_id, "unlearnkit_owner", owner())  # fail_orphans reads it
         params = sample(trial, METHODS.get(method).SEARCH_SPACE)
         twin = same_point(trial.study, trial, params)
         if twin is not None:  # never evaluate a point twice (a rerun, another process on the study)

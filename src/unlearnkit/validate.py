@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
+import stat
 import tempfile
 import typing
 from pathlib import Path
@@ -25,6 +27,11 @@ SEED_RANGE = {"min": 0, "max": MAX_SEED}
 
 #: the largest learning rate (or step size) a float32 weight update can take without overflowing
 MAX_LR = 3.4028234663852886e38
+#: the largest whole number anything here holds (int64: numpy's and torch's integers)
+MAX_WHOLE = 2**63 - 1
+#: the largest text file read whole (a run config, a suite, a request list, a results.json, an indices
+#: file): the largest of these in practice is a few MB; a bigger one is not what the option takes
+MAX_TEXT_BYTES = 64 * 2**20
 
 
 def _show(value: Any) -> str:
@@ -58,6 +65,9 @@ def whole(name: str, value: Any, *, low: int | None = None, high: int | None = N
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise UserError(f"{name} must be a whole number, not {_show(value)}")
     v = int(value)
+    if abs(v) > MAX_WHOLE:  # beyond int64: numpy and torch cannot hold it
+        shown = str(v) if len(str(v)) <= 24 else f"{str(v)[:12]}...({len(str(v))} digits)"
+        raise UserError(f"{name} must be a whole number of at most 19 digits (below 2**63), not {shown}")
     if (low is not None and v < low) or (high is not None and v > high):
         rng = f">= {low}" if high is None else f"<= {high}" if low is None else f"in {low}..{high}"
         raise UserError(f"{name} must be a whole number {rng}, not {v}")
@@ -143,10 +153,49 @@ def device(name: str, value: Any):
     raise UserError(f"{name} {dev.type} is not a device this toolkit computes on (use auto, cpu, cuda or cuda:N)")
 
 
+def layer_names(name: str, value: Any) -> list[str] | None:
+    """Layers to audit as the Python API takes them: None (the model's own audit layers), or a non-empty
+    list (or tuple) of distinct, non-empty names (module paths or ``penultimate``). A bare string is
+    refused, not read letter by letter (``layers="penultimate"`` would name the layers ``p``, ``e``, ...)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        raise UserError(f"{name} must be a list of layer names, e.g. {name}=[{value!r}], not the text {value!r}")
+    if not isinstance(value, (list, tuple)):
+        raise UserError(f"{name} must be a list of layer names (module paths or 'penultimate'), not {_show(value)}")
+    if not value:
+        raise UserError(f"{name} is empty: name at least one layer (e.g. ['penultimate']), or give None for the "
+                        f"model's audit layers")
+    out: list[str] = []
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or not item.strip():
+            raise UserError(f"{name}[{i}] must be a layer name (a module path or 'penultimate'), not {_show(item)}")
+        if item in out:
+            raise UserError(f"{name} names {item!r} twice; give each layer once")
+        out.append(item)
+    return out
+
+
 def text(name: str, value: Any) -> str:
     if not isinstance(value, str):
         raise UserError(f"{name} must be text, not {_show(value)}")
     return value
+
+
+def file_name(name: str, value: Any) -> str:
+    """A name that becomes one file or folder name (a suite's ``results/<suite>``): text of 1 to 100
+    characters, no ``/`` or ``\\``, not ``.`` or ``..`` and no control characters, so the path built from it
+    stays inside the folder it belongs to (``../../escape`` would write outside it)."""
+    if not isinstance(value, str):
+        raise UserError(f"{name} must be a name (text), not {_show(value)}")
+    text_ = value
+    bad = next((c for c in text_ if c in "/\\" or ord(c) < 32 or ord(c) == 127), None)
+    if not text_.strip() or text_.strip(".") == "" or bad is not None or len(text_) > 100:
+        why = ("a folder separator or a control character" if bad is not None else
+               "over 100 characters" if len(text_) > 100 else "no name")
+        raise UserError(f"{name} {text_!r} is {why}: it names one folder (results/<name>), so give a plain name "
+                        f"such as cpu or my-suite")
+    return text_
 
 
 def mapping(name: str, value: Any) -> dict:
@@ -263,22 +312,61 @@ def output_file(name: str, path: str | Path) -> Path:
     p = Path(path).expanduser()
     if p.is_dir():
         raise UserError(f"{_named(name, p)} is a folder; give a file name")
+    not_special(name, p, output=True)
     if p.exists() and not p.is_file():
         raise UserError(f"{_named(name, p)} is not a regular file")
     _writable(name, p, p.parent)
     return p
 
 
-def input_file(name: str, path: str | Path) -> Path:
-    """A file that exists and can be read."""
+#: file types that are not regular files, each with a reader that would block or never end on it
+_SPECIAL = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+            (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def special_kind(path: str | Path) -> str | None:
+    """What ``path`` is when it exists and is neither a regular file nor a folder (``"a FIFO (named pipe)"``,
+    ``"a character device"``, ``"a block device"``, ``"a socket"``, or ``"not a regular file"``), read from
+    its type (``stat``, following symlinks) without opening it; None for a regular file, a folder or
+    nothing there. Reading a FIFO waits for a writer forever, ``/dev/zero`` never ends: such paths are
+    refused by type, before any read."""
+    try:
+        mode = os.stat(Path(path).expanduser()).st_mode
+    except (OSError, ValueError):  # missing, a broken symlink, a NUL in the name: the caller's own check says it
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return next((kind for test, kind in _SPECIAL if test(mode)), "not a regular file")
+
+
+def not_special(name: str, path: str | Path, *, output: bool = False) -> Path:
+    """``path`` unless it is a device, a FIFO or a socket (:func:`special_kind`): then one UserError line
+    naming ``name``, saying what it is; nothing is read from it (or, an ``output``, written to it). Returns
+    the path."""
     p = Path(path).expanduser()
-    if not p.exists():
-        raise UserError(f"{_named(name, p)} does not exist")
+    kind = special_kind(p)
+    if kind is not None:
+        done = "nothing was written to it" if output else "it was not read"
+        raise UserError(f"{_named(name, p)} is {kind}, not a regular file; {done}")
+    return p
+
+
+def input_file(name: str, path: str | Path) -> Path:
+    """A regular file that exists and can be read: not a folder, and refused by type when it is a device, a
+    FIFO or a socket (:func:`not_special`), before it is opened (a FIFO blocks an ``open``, ``/dev/zero``
+    never ends). Its contents are not read here (and never quoted)."""
+    p = Path(path).expanduser()
+    try:
+        os.stat(p)
+    except FileNotFoundError:
+        raise UserError(f"{_named(name, p)} does not exist") from None
+    except (OSError, ValueError) as e:
+        raise UserError(f"{_named(name, p)} cannot be read ({getattr(e, 'strerror', None) or e})") from None
     if p.is_dir():
         raise UserError(f"{_named(name, p)} is a folder, not a file")
-    try:
-        with open(p, "rb"):
-            pass
+    not_special(name, p)
+    try:  # non-blocking: the file may have been swapped for a FIFO since the check
+        os.close(os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)))
     except OSError as e:
         raise UserError(f"{_named(name, p)} cannot be read ({e.strerror})") from None
     return p
@@ -323,6 +411,8 @@ def yaml_text(name: str, text: str) -> Any:
 
     try:
         return yaml.load(text, Loader=_yaml_loader())  # noqa: S506 (a SafeLoader subclass)
+    except RecursionError:
+        raise UserError(f"{name} nests its lists or mappings too deeply to be read") from None
     except yaml.YAMLError as e:
         problem = getattr(e, "problem", None)
         if isinstance(e, yaml.constructor.ConstructorError) and problem and "appears twice" in problem:
@@ -338,17 +428,52 @@ def _yaml_problem(e) -> str:
     return " ".join((what or str(e)).split()) + where
 
 
-def yaml_file(name: str, path: str | Path) -> tuple[Path, Any]:
-    """``(path, data)``: a YAML file that exists, is UTF-8 text and parses (:func:`yaml_text`); every
-    problem is one UserError line naming ``name`` and the file."""
+def text_file(name: str, path: str | Path, max_bytes: int = MAX_TEXT_BYTES) -> tuple[Path, str]:
+    """``(path, text)`` of a UTF-8 text file read whole (:func:`input_file` first: a device or a FIFO is
+    refused unread); one larger than ``max_bytes``, or not UTF-8, is one UserError naming ``name`` and the
+    file, which never quotes its contents (only the offending byte's value and offset)."""
     p = input_file(name, path)
+    size = p.stat().st_size
+    if size > max_bytes:
+        raise UserError(f"{_named(name, p)} is {size / 2**20:.0f} MiB, more than the {max_bytes / 2**20:.0f} MiB "
+                        f"such a file can be (is it the right file?)")
     try:
-        text = p.read_bytes().decode("utf-8-sig")
+        return p, p.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise UserError(f"{_named(name, p)} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset "
                         f"{e.start})") from None
     except OSError as e:
         raise UserError(f"{_named(name, p)} cannot be read ({e.strerror})") from None
+
+
+def json_text(name: str, text: str, what: str = "JSON") -> Any:
+    """``text`` parsed as JSON: a key twice in one object (Python's reader would keep the last silently) is one
+    UserError starting with ``name``, as is text that is not JSON (where, not what: the contents are not
+    quoted). ``NaN`` and ``Infinity`` (Python's own json writes them) are read as floats: the reader's range
+    checks say what they may be (a results.json reads a NaN metric as missing, an infinite one is refused)."""
+    import json
+
+    def pairs(items):
+        seen = set()
+        for key, _ in items:
+            if key in seen:
+                raise UserError(f"{name}: key {key!r} appears twice in one object; give it once")
+            seen.add(key)
+        return dict(items)
+
+    try:
+        return json.loads(text, object_pairs_hook=pairs)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{name} is not {what} ({e.msg}: line {e.lineno}, column {e.colno})") from None
+    except RecursionError:
+        raise UserError(f"{name} nests its objects too deeply to be read") from None
+
+
+def yaml_file(name: str, path: str | Path) -> tuple[Path, Any]:
+    """``(path, data)``: a YAML file that exists, is UTF-8 text (:func:`text_file`: at most
+    :data:`MAX_TEXT_BYTES`) and parses (:func:`yaml_text`); every problem is one UserError line naming
+    ``name`` and the file."""
+    p, text = text_file(name, path)
     return p, yaml_text(_named(name, p), text)
 
 

@@ -8,7 +8,13 @@ Rules (also in docs/layout.md's "Docs that run"):
   comments between) configure it; one that is followed by anything else fails the test (it would configure
   nothing). Directives:
 
-  - ``skip (reason)``: the block is not run; the reason, in parentheses, is required.
+  - ``skip (reason)``: the block is not run; the reason, in parentheses, is required. Only for a block that
+    needs a file the reader brings (their own checkpoints) or a fragment that is not a whole program.
+  - ``check (reason)``: the block is not run (it takes an hour, several processes or GPUs) but checked against
+    the code (runner.check_page): every ``unlearnkit`` command (also under ``torchrun ... -m unlearnkit``) is
+    parsed by the CLI (the command and each option exist, each value has its option's type), ``make TARGET``
+    names a rule of the Makefile, ``pip install ".[extra]"`` extras exist in pyproject.toml, ``pytest PATH``
+    paths and ``python SCRIPT.py`` scripts exist; a Python block compiles. Any other command fails the check.
   - ``tiny ITEM ...`` (items split like a shell line): ``--option=VALUE`` or ``--flag`` is set on every
     ``unlearnkit`` command of the block that has that option (replacing the value the page gives);
     ``OLD=>NEW`` replaces text in the block before anything else (shell and Python blocks alike).
@@ -17,7 +23,9 @@ Rules (also in docs/layout.md's "Docs that run"):
 
 * Shell blocks: ``\\`` continues a line, ``#`` starts a comment; in a ``console`` block only lines starting
   with ``$ `` are commands. Every command must be ``unlearnkit ...`` or ``python -m unlearnkit ...`` (run
-  in-process); a block with any other command must carry ``skip``.
+  in-process), or a here-document that writes a file the next commands read (``cat > FILE <<'END'``, its lines,
+  then ``END``: FILE is written in the page's folder, relative, never outside it); a block with any other
+  command must carry ``skip``.
 """
 from __future__ import annotations
 
@@ -30,6 +38,8 @@ RUN = SHELL | {"python"}
 FENCE = re.compile(r"^\s*(```|~~~)\s*([^\s`]*)")
 DIRECTIVE = re.compile(r"^\s*<!--\s*docs-test:\s*(.*?)\s*-->\s*$")
 SKIP = re.compile(r"^skip\s+\((.+)\)$")
+CHECK = re.compile(r"^check\s+\((.+)\)$")
+HEREDOC = re.compile(r"""^cat\s*>\s*(?P<path>[\w./-]+)\s*<<-?\s*(?P<q>['"]?)(?P<tag>\w+)(?P=q)\s*$""")
 
 
 class DocsTestError(ValueError):
@@ -43,6 +53,7 @@ class Block:
     lang: str
     text: str
     skip: str | None = None
+    check: str | None = None  # checked against the code, not run (the reason)
     options: list[str] = field(default_factory=list)  # --option=VALUE / --flag
     replace: list[tuple[str, str]] = field(default_factory=list)
     namespace: str | None = None
@@ -61,12 +72,31 @@ class Block:
         return text
 
     def commands(self) -> list[list[str]]:
-        """Each shell command of the block as its words (comments and continuations resolved)."""
+        """Each shell command of the block as its words (comments and continuations resolved); a here-document
+        is ``["cat", ">", FILE, TEXT]`` (:meth:`steps` says so)."""
         lines, joined = self.source().splitlines(), []
         if self.lang == "console":
             lines = [ln[2:] for ln in lines if ln.startswith("$ ")]
+        out: list[list[str]] = []
         buf = ""
-        for ln in lines:
+        it = iter(lines)
+        for ln in it:
+            m = HEREDOC.match(ln) if not buf else None
+            if m:
+                body = []
+                for inner in it:
+                    if inner.strip() == m.group("tag"):
+                        break
+                    body.append(inner)
+                else:
+                    raise DocsTestError(f"{self.where}: the here-document {m.group('tag')} is never closed")
+                path = m.group("path")
+                if path.startswith("/") or ".." in path.split("/"):
+                    raise DocsTestError(f"{self.where}: a here-document writes inside the page's folder, not {path}")
+                out += self._words(joined)
+                joined = []
+                out.append(["cat", ">", path, "\n".join(body) + "\n"])
+                continue
             if ln.rstrip().endswith("\\"):
                 buf += ln.rstrip()[:-1] + " "
                 continue
@@ -74,17 +104,21 @@ class Block:
             buf = ""
         if buf:
             joined.append(buf)
-        return [words for words in (shlex.split(ln, comments=True) for ln in joined) if words]
+        return out + self._words(joined)
+
+    @staticmethod
+    def _words(lines: list[str]) -> list[list[str]]:
+        return [words for words in (shlex.split(ln, comments=True) for ln in lines) if words]
 
 
 def _configure(block: Block, directives: list[tuple[int, str]], page: str) -> None:
     for line, text in directives:
         kind, _, rest = text.partition(" ")
-        if kind == "skip":
-            m = SKIP.match(text)
+        if kind in ("skip", "check"):
+            m = SKIP.match(text) if kind == "skip" else CHECK.match(text)
             if not m:
-                raise DocsTestError(f"{page}:{line}: write `docs-test: skip (reason)`, with the reason")
-            block.skip = m.group(1)
+                raise DocsTestError(f"{page}:{line}: write `docs-test: {kind} (reason)`, with the reason")
+            setattr(block, kind, m.group(1))
         elif kind == "tiny":
             for item in shlex.split(rest):
                 if "=>" in item:
@@ -97,7 +131,8 @@ def _configure(block: Block, directives: list[tuple[int, str]], page: str) -> No
         elif kind == "namespace":
             block.namespace = rest.strip()
         else:
-            raise DocsTestError(f"{page}:{line}: unknown docs-test directive {kind!r} (skip, tiny or namespace)")
+            raise DocsTestError(f"{page}:{line}: unknown docs-test directive {kind!r} (skip, check, tiny or "
+                                f"namespace)")
 
 
 def blocks(text: str, page: str) -> list[Block]:
@@ -119,7 +154,9 @@ def blocks(text: str, page: str) -> list[Block]:
             if end is None:
                 raise DocsTestError(f"{page}:{i + 1}: the fence is never closed")
             indent = len(ln) - len(ln.lstrip())
-            body = "\n".join(x[indent:] if x[:indent].isspace() else x.lstrip() for x in lines[i + 1:end])
+            # a fence indented by ``indent`` (in a list item): its lines lose that much (a fence at the margin: none)
+            body = "\n".join(x[indent:] if indent == 0 or x[:indent].isspace() else x.lstrip()
+                              for x in lines[i + 1:end])
             if lang in RUN:
                 block = Block(page, i + 1, lang, body + "\n")
                 _configure(block, pending, page)

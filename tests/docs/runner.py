@@ -86,6 +86,10 @@ def _app():
 def run_shell(block: Block) -> None:
     runner = CliRunner()
     for words in block.commands():
+        if words[:2] == ["cat", ">"] and len(words) == 4:  # a here-document (docblocks.py): the file it writes
+            Path(words[2]).parent.mkdir(parents=True, exist_ok=True)
+            Path(words[2]).write_text(words[3])
+            continue
         if words[:1] == ["unlearnkit"]:
             args = words[1:]
         elif words[:3] == ["python", "-m", "unlearnkit"]:
@@ -99,6 +103,97 @@ def run_shell(block: Block) -> None:
             tb = "".join(traceback.format_exception(r.exception)) if r.exception and r.exit_code != 2 else ""
             raise DocsBlockFailed(f"{block.where}: `unlearnkit {' '.join(args)}` exited {r.exit_code}:\n"
                                   f"{r.output[-3000:]}{tb[-3000:]}")
+
+
+def _unlearnkit_args(words: list[str]) -> list[str] | None:
+    """The unlearnkit arguments of a command: ``unlearnkit ARGS``, ``python -m unlearnkit ARGS`` or ``torchrun
+    [its options] -m unlearnkit ARGS``; None for another command."""
+    if words[:1] == ["unlearnkit"]:
+        return words[1:]
+    if words[:3] == ["python", "-m", "unlearnkit"]:
+        return words[3:]
+    if words[:1] == ["torchrun"] and "-m" in words and words[words.index("-m") + 1:][:1] == ["unlearnkit"]:
+        return words[words.index("-m") + 2:]
+    return None
+
+
+def _make_targets() -> set[str]:
+    import re
+
+    text = (ROOT / "Makefile").read_text()
+    return {m.group(1) for m in re.finditer(r"^([A-Za-z][\w.-]*)\s*:(?!=)", text, re.M)}
+
+
+def _extras() -> set[str]:
+    import tomllib
+
+    return set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+
+
+def check_command(where: str, words: list[str]) -> None:
+    """One command of a ``check`` block checked against the code without running it (docblocks.py)."""
+    while words and "=" in words[0] and not words[0].startswith("-"):  # VAR=value prefixes
+        words = words[1:]
+    args = _unlearnkit_args(words)
+    if args is not None:
+        return check_cli(where, args)
+    tool = Path(words[0]).name if words else ""
+    if tool == "make":
+        unknown = [t for t in words[1:] if "=" not in t and not t.startswith("-") and t not in _make_targets()]
+        if unknown:
+            raise DocsBlockFailed(f"{where}: `make {' '.join(unknown)}`: no such target in the Makefile")
+        return
+    if tool == "pip" and words[1:2] == ["install"]:
+        import re
+
+        for spec in words[2:]:
+            for extras in re.findall(r"\[([^\]]+)\]", spec):
+                missing = set(e.strip() for e in extras.split(",")) - _extras()
+                if missing:
+                    raise DocsBlockFailed(f"{where}: `pip install {spec}`: pyproject.toml has no extra {missing}")
+        return
+    if tool == "python" and len(words) > 1 and words[1].endswith(".py"):
+        if not (ROOT / words[1]).is_file():
+            raise DocsBlockFailed(f"{where}: `python {words[1]}`: no such script")
+        return
+    if tool == "pytest" or words[:3] == ["python", "-m", "pytest"]:
+        paths = [w.split("::")[0] for w in words[1:] if not w.startswith("-") and "/" in w]
+        missing = [p for p in paths if not (ROOT / p).exists()]
+        if missing:
+            raise DocsBlockFailed(f"{where}: `pytest`: {missing} do not exist")
+        return
+    raise DocsBlockFailed(f"{where}: `{' '.join(words)}` cannot be checked: run it, or skip the block with the reason")
+
+
+def check_cli(where: str, args: list[str]) -> None:
+    """``unlearnkit ARGS`` parsed as the CLI parses it (the command, its options and their types), not run."""
+    from unlearnkit.cli.app import _CLICK  # typer's own copy of click, and click
+
+    exits = tuple(e for m in _CLICK for e in (getattr(m.exceptions, "Exit", None),) if e is not None) + (typer.Exit,)
+    errors = tuple(m.exceptions.ClickException for m in _CLICK)
+    group = typer.main.get_command(_app())
+    try:
+        with group.make_context("unlearnkit", list(args)) as ctx:
+            protected = getattr(ctx, "_protected_args", None) or getattr(ctx, "protected_args", [])
+            name, cmd, rest = group.resolve_command(ctx, [*protected, *ctx.args])
+            cmd.make_context(name, rest, parent=ctx).close()
+    except exits:  # --help / --version
+        return
+    except errors as e:
+        raise DocsBlockFailed(f"{where}: `unlearnkit {' '.join(args)}` does not parse: {e.format_message()}") from None
+
+
+def check_block(block: Block) -> None:
+    """A ``check`` block: each command checked against the code (:func:`check_command`), a Python block compiled."""
+    if block.lang == "python":
+        import textwrap
+
+        compile(textwrap.dedent(block.source()), block.where, "exec")
+        return
+    for words in block.commands():
+        if words[:2] == ["cat", ">"] and len(words) == 4:
+            continue  # a here-document: nothing to check
+        check_command(block.where, words)
 
 
 def run_python(block: Block, namespace: dict) -> None:
@@ -120,6 +215,10 @@ def run_page(text: str, page: str, workspace: Path, namespaces: dict[str, Callab
         for block in blocks(text, page):
             if block.skip:
                 done.append(f"{block.where} skip: {block.skip}")
+                continue
+            if block.check:
+                check_block(block)
+                done.append(f"{block.where} checked: {block.check}")
                 continue
             if block.lang == "python":
                 if block.namespace is not None and block.namespace not in namespaces:

@@ -97,3 +97,56 @@ def test_a_working_page_runs(tmp_path):
             "```python\nx = 1 + 1\nassert x == 2\n```\n")
     assert run_page(page, "p.md", tmp_path, {}) == ["p.md:1", "p.md:6"]
     assert (tmp_path / "tiny.yaml").exists() and (tmp_path / "benchmarks").is_symlink()
+
+
+def test_a_here_document_writes_its_file_before_the_next_command(tmp_path):
+    page = ("```bash\ncat > sub/requests.yaml <<'YAML'\n- classes: [3]   # kept as written\n- random: 0.05\nYAML\n"
+            "unlearnkit list methods\n```\n")
+    (block,) = blocks(page, "p.md")
+    text = "- classes: [3]   # kept as written\n- random: 0.05\n"
+    assert block.commands() == [["cat", ">", "sub/requests.yaml", text], ["unlearnkit", "list", "methods"]]
+    assert run_page(page, "p.md", tmp_path, {}) == ["p.md:1"]
+    assert (tmp_path / "sub" / "requests.yaml").read_text() == "- classes: [3]   # kept as written\n- random: 0.05\n"
+
+
+@pytest.mark.parametrize("page,message", [
+    ("```bash\ncat > x.yaml <<'END'\nno end\n```\n", "never closed"),
+    ("```bash\ncat > ../x.yaml <<'END'\nx\nEND\n```\n", "inside the page's folder"),
+    ("```bash\ncat > /tmp/x.yaml <<'END'\nx\nEND\n```\n", "inside the page's folder"),
+])
+def test_a_here_document_stays_in_its_folder_and_ends(page, message):
+    (block,) = blocks(page, "p.md")
+    with pytest.raises(DocsTestError, match=message):
+        block.commands()
+
+
+CHECKED = {
+    "a drifted option": ("<!-- docs-test: check (an hour) -->\n```bash\nunlearnkit bench s.yaml --jobz 2\n```\n",
+                         "does not parse: No such option: --jobz"),
+    "a drifted value": ("<!-- docs-test: check (an hour) -->\n```bash\nunlearnkit run --epochs many\n```\n",
+                        "Invalid value for '--epochs'"),
+    "an unknown command": ("<!-- docs-test: check (x) -->\n```bash\ntorchrun -m unlearnkit trian --out a.pt\n```\n",
+                           "No such command 'trian'"),
+    "a make target gone": ("<!-- docs-test: check (x) -->\n```bash\nmake demo\nmake smoke-all\n```\n",
+                           "no such target"),
+    "an extra gone": ("<!-- docs-test: check (x) -->\n```bash\npip install -e \".[dev,gpu]\"\n```\n", "no extra"),
+    "a test file gone": ("<!-- docs-test: check (x) -->\n```bash\nOMP_NUM_THREADS=1 pytest tests/nope.py -k x\n```\n",
+                         "do not exist"),
+    "another tool": ("<!-- docs-test: check (x) -->\n```bash\nrm -rf runs\n```\n", "cannot be checked"),
+}
+
+
+@pytest.mark.parametrize("case", list(CHECKED))
+def test_a_checked_block_that_drifted_fails(case, tmp_path):
+    page, message = CHECKED[case]
+    with pytest.raises(DocsBlockFailed, match=message):
+        run_page(page, "p.md", tmp_path, {})
+
+
+def test_a_checked_block_is_parsed_not_run(tmp_path):
+    page = ("<!-- docs-test: check (two hours) -->\n```bash\nunlearnkit bench benchmarks/configs/cpu.yaml --jobs 2\n"
+            "torchrun --nproc_per_node 8 -m unlearnkit train --dataset cifar10 --model resnet18 --out o.pt\n"
+            "make test PYTEST_ARGS=-x\npip install -e \".[dev]\"\npython benchmarks/audit_cost.py --x 1\n```\n\n"
+            "<!-- docs-test: check (a fragment) -->\n```python\nclass M:\n    lr: float = 0.01\n    ...\n```\n")
+    assert run_page(page, "p.md", tmp_path, {}) == ["p.md:2 checked: two hours", "p.md:11 checked: a fragment"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["benchmarks", "examples", "my_run.yaml", "tiny.yaml"]

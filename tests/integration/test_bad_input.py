@@ -45,12 +45,12 @@ def guard(monkeypatch):
 
     # import every module first: one imported while patched would keep ``stop`` as its own name for good
     for module in ("unlearnkit.training", "unlearnkit.runner", "unlearnkit.audit.user", "unlearnkit.bench.runner",
-                   "unlearnkit.report.build", "unlearnkit.forgetting_quality", "unlearnkit.methods.base"):
+                   "unlearnkit.report.build", "unlearnkit.forgetting_quality_experiment", "unlearnkit.methods.base"):
         importlib.import_module(module)
     for target in ("unlearnkit.training.reference_model", "unlearnkit.runner.reference_model",
                    "unlearnkit.audit.user._audit", "unlearnkit.runner.audit_model",
                    "unlearnkit.bench.runner.run_bench",
-                   "unlearnkit.report.build.make_report", "unlearnkit.forgetting_quality._reference",
+                   "unlearnkit.report.build.make_report", "unlearnkit.forgetting_quality_experiment._reference",
                    "unlearnkit.methods.base.UnlearningMethod.unlearn"):
         monkeypatch.setattr(target, stop)
 

@@ -58,6 +58,7 @@ def test_run_end_to_end_and_deterministic(tmp_path):
     assert m["gradient_ascent"]["hyperparameters"]["lr"] > 0 and m["gradient_ascent"]["needs"] == ["forget"]
     assert (tmp_path / "a" / "results.md").read_text().count("|") > 20
     assert (tmp_path / "a" / "models" / "gradient_ascent.pt").exists()
+    assert max(map(len, r.stdout.splitlines())) <= 100 and "gradient_ascent" in r.stdout  # the table fits 100 columns
     # same config and seed, trained again from scratch in another cache: the same numbers
     r2 = run_digits(tmp_path / "b", tmp_path / "cache-b")
     audit = res["models"]["gradient_ascent"]["audit"]

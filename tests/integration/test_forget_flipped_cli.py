@@ -58,7 +58,8 @@ STOPS = {
     "train": ("unlearnkit.training.reference_model", lambda kind, split, *a, **k: split),
     "unlearn": ("unlearnkit.api.unlearn_split", lambda net, unlearner, split, **k: split),
     "audit": ("unlearnkit.audit.audit_split", lambda o, u, refs, split, **k: split),
-    "forgetting-quality": ("unlearnkit.forgetting_quality._reference", lambda kind, task, *a, **k: task.split),
+    "forgetting-quality": ("unlearnkit.forgetting_quality_experiment._reference",
+                           lambda kind, task, *a, **k: task.split),
     "tune": ("unlearnkit.cli.tune._tune", lambda cfg, *a, **k: cfg),
 }
 

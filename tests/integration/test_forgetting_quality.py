@@ -128,7 +128,7 @@ def test_runs_for_parsing():
 
 
 def test_plot_prints_names_literally(tmp_path):
-    from unlearnkit.forgetting_quality import plot
+    from unlearnkit.forgetting_quality_experiment import plot
 
     row = {"control": False, "runs": 3, "forget_score": 0.5, "max_epsilon": 1.0, "epsilons": [0.1, 50.0, 0.7]}
     # an unbalanced "$" would make mathtext raise while drawing; "$x^2$" would be typeset

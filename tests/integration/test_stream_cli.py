@@ -55,6 +55,7 @@ def test_stream_end_to_end_and_its_report(tmp_path, cache_dir):
     assert (out / "steps" / "2" / "audits" / "finetune" / "audit.json").exists()
     assert "## Stream: 2 of 2 requests done" in (out / "results.md").read_text()
     assert "gradient_ascent" in r.output and "wrote" in r.output
+    assert max(map(len, r.stdout.splitlines())) <= 100, r.stdout  # was 180 columns wide
     rep = CliRunner().invoke(app, ["report", "--results", str(out), "--out", str(tmp_path / "report")])
     assert rep.exit_code == 0, rep.output
     md = (tmp_path / "report" / "report.md").read_text()

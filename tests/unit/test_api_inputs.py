@@ -264,3 +264,77 @@ def test_non_finite_original_or_reference_is_named_by_audit_and_auditor():
         broken[0].weight[0, 0] = float("nan")
     refused(lambda: uk.Auditor(broken, mlp(), **parts()), "original", "non-finite")
     refused(lambda: uk.audit(mlp(), mlp(), [mlp(), broken], **parts()), "retrained[1]", "non-finite")
+
+
+# --- issue 44: the last tracebacks and silent acceptances of the Python API ----------------------
+
+def test_user_error_is_a_value_error():
+    """README and usage.md promise it: ``except ValueError`` catches every refusal (the subclasses too)."""
+    from unlearnkit.errors import CheckpointError, DataUnavailableError, UnknownNameError
+
+    for cls in (UserError, CheckpointError, DataUnavailableError, UnknownNameError):
+        assert issubclass(cls, ValueError), cls
+    with pytest.raises(ValueError, match="seed"):
+        unlearn(seed=-1)()
+
+
+@pytest.mark.parametrize("layers,words", [
+    (["penultimate", "penultimate"], ["layers", "'penultimate' twice"]),
+    ([], ["layers is empty"]),
+    ("penultimate", ["layers must be a list", "['penultimate']"]),
+    (["penultimate", ""], ["layers[1]"]),
+    ([3], ["layers[0]", "3"]),
+    ({"penultimate": 1}, ["layers must be a list"]),
+], ids=["duplicate", "empty", "a-string", "empty-name", "not-text", "a-dict"])
+def test_layers_is_a_list_of_distinct_names(layers, words):
+    """``layers=["penultimate", "penultimate"]`` was an IndexError, ``[]`` accepted, ``"penultimate"`` read as
+    the layers p, e, n...: each is one UserError naming ``layers``, from uk.audit and uk.Auditor alike."""
+    refused(audit(layers=layers), *words)
+    refused(lambda: uk.Auditor(mlp(), [mlp(), mlp()], layers=layers, **parts()), *words)
+
+
+def test_named_layers_still_work():
+    with pytest.raises(WorkStarted):
+        audit(layers=["penultimate"])()
+    with pytest.raises(WorkStarted):
+        audit(layers=("0", "penultimate"))()
+
+
+def test_unlearn_refuses_a_model_with_non_finite_weights():
+    """A NaN weight: one UserError naming ``model`` and the tensor, before any work (was NonFiniteLossError
+    from the method's first step)."""
+    broken = mlp()
+    with torch.no_grad():
+        broken[2].bias[0] = float("inf")
+    refused(unlearn(model=broken), "model", "non-finite", "2.bias")
+
+
+def test_hyperparameters_that_diverge_are_a_user_error(monkeypatch):
+    """The loss becoming NaN under the caller's hyperparameters: a UserError (naming the method), not the
+    method's NonFiniteLossError."""
+    from unlearnkit.errors import NonFiniteLossError
+    from unlearnkit.methods.base import UnlearningMethod
+
+    def diverge(self, *args, **kwargs):
+        raise NonFiniteLossError(f"{self.name}: loss became nan at step 2; lower its learning rate")
+
+    monkeypatch.setattr(UnlearningMethod, "unlearn", diverge)
+    refused(unlearn(lr=1e3), "gradient_ascent", "loss became nan", "unchanged")
+
+
+@pytest.mark.parametrize("part", ["forget", "retain", "test"])
+@pytest.mark.parametrize("which", ["inputs", "labels"])
+def test_data_on_the_meta_device_is_named(part, which):
+    """Tensors on the ``meta`` device (a shape, no values) were a NotImplementedError from the first copy."""
+    x, y = parts()[part]
+    data = (x.to("meta"), y) if which == "inputs" else (x, y.to("meta"))
+    refused(audit(**{part: data}), part, which, "meta device")
+    if part != "test":
+        refused(unlearn(**{part: data}), part, which, "meta device")
+
+
+def test_a_missing_test_argument_is_a_user_error():
+    """usage.md promises a UserError naming ``test`` when it is left out (it was Python's TypeError)."""
+    p = parts()
+    refused(lambda: uk.audit(mlp(), mlp(), mlp(), forget=p["forget"], retain=p["retain"]), "test")
+    refused(lambda: uk.Auditor(mlp(), mlp(), forget=p["forget"], retain=p["retain"]), "test")

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from unlearnkit import ForgetSpec, UserError, load_dataset, make_split
-from unlearnkit import forgetting_quality as fqm
+from unlearnkit import forgetting_quality_experiment as fqm
 from unlearnkit.metrics import final_score, forget_score
-from unlearnkit.metrics.forgetting_quality import example_points, forget_score_interval
+from unlearnkit.metrics.forgetting_quality_metric import example_points, forget_score_interval
 
 
 def _binomial_quantile(n: int, p: float, q: float) -> int:

@@ -215,7 +215,7 @@ class Auditor:
     new model. The arguments are those of :func:`audit`.
     """
 
-    def __init__(self, original: nn.Module, retrained, *, forget, retain, test, layers: Sequence[str] | None = None,
+    def __init__(self, original: nn.Module, retrained, *, forget=None, retain=None, test=None, layers: Sequence[str] | None = None,
                  config: AuditConfig | None = None, device: str | None = None, progress: bool = True,
                  input_key: str | None = None, label_key: str | None = None, **config_overrides) -> None:
         from ..checkpoints import require_finite_models
@@ -289,7 +289,7 @@ def _one_class_count(counts: list[int]) -> int:
     return counts[0]
 
 
-def audit(original: nn.Module, unlearned, retrained, *, forget, retain, test, layers: Sequence[str] | None = None,
+def audit(original: nn.Module, unlearned, retrained, *, forget=None, retain=None, test=None, layers: Sequence[str] | None = None,
           config: AuditConfig | None = None, device: str | None = None, progress: bool = True,
           input_key: str | None = None, label_key: str | None = None,
           **config_overrides) -> AuditResult | list[AuditResult]:

@@ -100,7 +100,10 @@ class Suite:
 
 
 def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9.+=-]+", "_", str(text)).strip("_")[:80] or "_"
+    """``text`` as one path component: letters, digits and ``.+=-`` (``_`` for the rest); never ``.`` or ``..``
+    (a task named ``..`` would climb out of its folder)."""
+    slug = re.sub(r"[^A-Za-z0-9.+=-]+", "_", str(text)).strip("_")[:80]
+    return slug if slug.strip(".") else "_"
 
 
 def _check(data: dict, allowed: set, where: str) -> dict:
@@ -249,7 +252,7 @@ def load_suite(path: str | Path) -> Suite:
     p, data = validate.yaml_file("suite file", path)
     if not isinstance(data, dict):
         raise UserError(f"suite file {p} must hold a mapping of keys")
-    name = str(data.get("suite") or p.stem)
+    name = validate.file_name("suite", data["suite"]) if data.get("suite") is not None else p.stem
     return Suite(name, expand(data, name), data.get("db"), data.get("out"), str(p))
 
 

@@ -30,6 +30,7 @@ import sqlite3
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .. import validate
 from ..errors import UserError
 
 SCHEMA_VERSION = "1"
@@ -114,6 +115,7 @@ class ResultStore:
         bench that starts writing in the milliseconds a report reads only appends to its own -wal; its
         cells show in the next report.)"""
         p = self.path
+        validate.not_special("results database", p)
         if not p.exists():
             raise UserError(f"results database {p} does not exist (run `unlearnkit bench` first)")
         if not p.is_file():

@@ -6,7 +6,7 @@ hold no CLI code.
 """
 from __future__ import annotations
 
-from .app import app, handles_errors, main
+from .app import Command, app, handles_errors, main
 from .audit import audit_command
 from .bench import bench_command
 from .forgetting_quality import forgetting_quality_command
@@ -23,6 +23,6 @@ COMMANDS = {"list": list_command, "train": train_command, "run": run_command, "u
             "forgetting-quality": forgetting_quality_command, "tune": tune_command,
             "stream": stream_command}
 for _name, _fn in COMMANDS.items():
-    app.command(_name, help=_fn.__doc__)(handles_errors(_fn))
+    app.command(_name, help=_fn.__doc__, cls=Command)(handles_errors(_fn))
 
 __all__ = ["COMMANDS", "app", "main"]

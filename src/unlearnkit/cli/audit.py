@@ -138,6 +138,7 @@ def _audit(paths: list[Path], spec, data: dict, *, model, layers, config, device
     from rich.console import Console
 
     from ..audit import audit_split, write_audit
+    from ..checkpoints import write_together
     from ..data.datasets import load_dataset
     from ..data.splits import make_split
     from ..runtime import resolve_device
@@ -158,10 +159,13 @@ def _audit(paths: list[Path], spec, data: dict, *, model, layers, config, device
     try:  # the Python API's audit (uk.audit) on this split; --layers checked before any feature is extracted
         report = audit_split(m_o, m_u, refs, split, layers=layers, config=config, device=dev, references=provenance,
                              say=lambda line: typer.echo(line, err=True))
+    except UserError:  # its own line, as written (a UserError is a ValueError too)
+        raise
     except (KeyError, ValueError) as e:
         raise UserError(str(e).strip("'\"")) from None
     _print_report(report, console)
-    written = write_audit(report, out)
+    # the three files or none (a full disk left a lone audit.json)
+    written = write_together(out, lambda folder: write_audit(report, folder))
     console.print(f"wrote {written['json']}, {written['md'].name} and {written['html'].name}", markup=False,
                   highlight=False)
     return report
@@ -246,10 +250,9 @@ def _print_report(report, console) -> None:
     """Verdict, evidence and the table of the checks that decided (testable or flagged); user text (layer
     names, evidence) printed literally."""
     from rich.markup import escape
-    from rich.table import Table
-    from rich.text import Text
 
     from ..audit.tables import check_rows, check_state
+    from ..progress import print_table
 
     style = VERDICT_STYLE.get(report.verdict, "bold")
     console.print(f"verdict: [{style}]{escape(report.verdict_line)}[/]")
@@ -265,11 +268,10 @@ def _print_report(report, console) -> None:
     console.print(f"checks ({d['checks']['size']}; margin: kept fraction {d['checks']['kept_margin']:g}; audit seed "
                   f"{d.get('audit_seed')}): " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())),
                   highlight=False, markup=False)
-    header, rows = got
-    shown = [r for r, c in zip(rows, d["checks"]["items"]) if c["testable"] or c.get("flag")]
-    table = Table(title="testable or flagged checks (every check: audit.md)", show_lines=False)
-    for col in header:
-        table.add_column(col, no_wrap=col in ("family", "where"), overflow="fold")
-    for r in shown:
-        table.add_row(*(Text(cell) for cell in r))
-    console.print(table)
+    _, rows = got
+    # at most 100 columns: what decides first (statistic, where, kept fraction, what it says), the values folded
+    shown = [[f"{r[0]}: {r[1]}", r[2], r[6], r[7], r[3], r[4], r[5]]
+             for r, c in zip(rows, d["checks"]["items"]) if c["testable"] or c.get("flag")]
+    print_table("testable or flagged checks (every check: audit.md)",
+                ["check", "where", "kept [CI]", "says", "unlearned", "original", "references"], shown,
+                right={2, 4, 5, 6}, file=console.file)

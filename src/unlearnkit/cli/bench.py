@@ -44,16 +44,18 @@ def bench_command(
 
     suite = load_suite(suite_file)
     db_path = Path(db or suite.db or DEFAULT_DB)
-    out_dir = Path(out or suite.out or Path("results") / suite.name)
+    out_dir = Path(out or suite.out or Path("results") / suite.name)  # a suite's name is a plain file name
     console = Console(stderr=True, highlight=False, soft_wrap=True)
-    if dry_run:
-        return _dry_run(suite, db_path)
+    # what the run would refuse, a dry run refuses too (class 99, --jobs 0, --executor bogus, a device)
+    validate.whole("--jobs", jobs, low=1)
     ex = make_executor(executor, jobs, address)
     resolve_device(device)  # an unknown device fails now, not in every cell
+    check_tasks(suite, data_dir)  # forget classes the dataset has, indices files: before the store is written
+    if dry_run:  # writes nothing: the locations are not checked for writing
+        return _dry_run(suite, db_path)
     validate.output_file("--db", db_path)  # before any cell runs: a store that cannot be written loses them
     validate.output_dir("--out", out_dir)
     check_cache_dir("--cache-dir", cache_dir)
-    check_tasks(suite, data_dir)  # forget classes the dataset has, indices files: before the store is written
     machine = Machine(out=str(out_dir), cache_dir=str(cache_dir) if cache_dir else None, device=device,
                       data_dir=str(data_dir), download=download)
     with ResultStore(db_path, exclusive=True) as store:

@@ -1,6 +1,6 @@
 """``unlearnkit forgetting-quality``: option parsing and printing only, registered in cli/__init__.py.
 
-The work is :func:`unlearnkit.forgetting_quality.forgetting_quality`.
+The work is :func:`unlearnkit.forgetting_quality_experiment.forgetting_quality`.
 """
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def forgetting_quality_command(
 
     Writes forgetting_quality.json/.md/.png into --out; the next call reuses finished jobs (<out>/jobs).
     """
-    from ..forgetting_quality import JobsFailedError, forgetting_quality
+    from ..forgetting_quality_experiment import JobsFailedError, forgetting_quality
 
     try:
         results = forgetting_quality(
@@ -89,21 +89,10 @@ def forgetting_quality_command(
 
 def _print_table(results: dict) -> None:
     """The scores as a table; method and dataset names printed literally."""
-    import sys
-
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-    from rich.text import Text
-
-    from ..forgetting_quality import table_rows
+    from ..forgetting_quality_experiment import table_rows
+    from ..progress import print_table
 
     header, rows = table_rows(results)
     t = results["task"]
     title = f"forgetting quality: {t['dataset']} / {t['model']}, {results['config']['runs']} runs each side"
-    table = Table(title=escape(title))
-    for i, h in enumerate(header):
-        table.add_column(h, justify="left" if i == 0 else "right")
-    for r in rows:
-        table.add_row(*(Text(c) for c in r))
-    Console(width=None if sys.stdout.isatty() else 160).print(table)
+    print_table(title, header, rows, right=set(range(1, len(header))))  # at most 100 columns wide

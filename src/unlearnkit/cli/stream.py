@@ -6,7 +6,6 @@ the two cannot drift apart) less those that say what to forget, plus ``--request
 from __future__ import annotations
 
 import inspect
-import sys
 from pathlib import Path
 from typing import Optional  # noqa: F401 (run's option annotations are evaluated in this module)
 
@@ -47,19 +46,16 @@ def stream_command(*, requests: Path, fallback: str, **options):
 
 
 def _print(results: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
+    """The steps as a table at most 100 columns wide: method, step, verdict and accuracies first; the request
+    text, Gap, separability, times, the fallback and resurfacing in a second part when they do not fit."""
+    from ..progress import print_table
     from ..stream import step_table
 
     header, rows = step_table(results)
-    table = Table(title=Text(f"stream: {results['task']['dataset']} / {results['task']['model']}"))
-    for i, h in enumerate(header):
-        table.add_column(h, justify="right" if 4 <= i < 10 else "left")
-    for r in rows:
-        table.add_row(*(Text(c) for c in r))
-    Console(width=None if sys.stdout.isatty() else 180).print(table)
+    first = ["method", "step", "verdict", "forget acc", "retain acc", "test acc"]
+    order = [header.index(h) for h in first] + [i for i, h in enumerate(header) if h not in first]
+    print_table(f"stream: {results['task']['dataset']} / {results['task']['model']}", header, rows,
+                right=set(range(4, 10)), wrap={header.index("request"), header.index("verdict")}, order=order)
 
 
 def _signature() -> inspect.Signature:

@@ -39,8 +39,9 @@ def tune_command(
     from ..data.splits import ForgetSpec
     from ..runner import check_config
     from ..runtime import resolve_device
-    from ..tune import check_method, check_store
+    from ..tune import check_method, check_store, require_optuna
 
+    require_optuna()  # the tune extra: one line saying how to install it, before anything else
     spec = ForgetSpec.from_options(forget_classes, forget_random, None, forget_flipped)
     name = check_method(method)
     validate.choice("--preset", preset, ("reference", "small"))
@@ -64,12 +65,10 @@ def _tune(cfg, name: str, preset: str, *, trials: int, db: Path, out: Path, prog
 
     from ..checkpoints import atomic_write_text
     from ..methods.tuned import preset_file_text
-    from ..tune import finished, objective_for, prepare_task, sampler, storage, study_name, tuned_on
+    from ..tune import create_study, finished, objective_for, prepare_task, study_name, tuned_on
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(study_name=study_name(cfg, name, preset), storage=storage(db), direction="minimize",
-                                sampler=sampler(cfg.seed),
-                                pruner=optuna.pruners.MedianPruner(n_startup_trials=5), load_if_exists=True)
+    study = create_study(db, study_name(cfg, name, preset), cfg.seed)  # a killed run's trials: marked failed
     before = finished(study)
     typer.echo(f"study {study.study_name!r} in {db}: {before} of {trials} trials finished before")
     if before < trials:

@@ -72,6 +72,8 @@ def _construct(name: str, preset: str, dataset: str, params: dict):
 
     try:
         return METHODS.get(name).from_preset(preset, dataset, **params)
+    except UserError:  # already one line naming the method and the value (a UserError is a ValueError too)
+        raise
     except (TypeError, ValueError) as e:  # a method's own checks; unknown keys are already a UserError
         raise UserError(f"{name}: {str(e).strip() or type(e).__name__}") from None
 

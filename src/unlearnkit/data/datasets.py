@@ -13,6 +13,7 @@ containers, so a tampered file cannot execute code.
 from __future__ import annotations
 
 import io
+import os
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from .. import validate
 from ..errors import DataUnavailableError, UserError
 from ..registry import Registry
 from .arrays import ArrayData, Augment
@@ -91,6 +93,8 @@ def register_dataset(name: str, info: str, *aliases: str):
 def load_dataset(name: str, data_dir: str | Path | None = None, download: bool = False,
                  data_seed: int = 0, **kwargs) -> DatasetBundle:
     """Load a dataset by registry name (``imagefolder:<path>`` takes a folder)."""
+    validate.text("dataset", name)
+    data_seed = validate.whole("data_seed", data_seed, low=0, high=validate.MAX_SEED)
     if name.startswith("imagefolder:"):
         return load_imagefolder(name.split(":", 1)[1], data_seed=data_seed, **kwargs)
     fn = DATASETS.get(name)
@@ -221,6 +225,7 @@ def _read_cifar_batch(path: Path, labels: dict[str, int]) -> dict:
     """One CIFAR python batch, unpickled safely (:class:`_SafeUnpickler`) and checked: ``data`` a uint8
     array of N rows of 3x32x32 pixels, each of ``labels`` (key -> class count) N whole numbers in range.
     A truncated, foreign or misshapen file is a :class:`UserError` naming it."""
+    validate.not_special("CIFAR batch", path)  # a FIFO or a device in its place would never end
     try:
         with open(path, "rb") as f:
             batch = _SafeUnpickler(io.BytesIO(f.read()), encoding="latin1").load()
@@ -374,29 +379,54 @@ def load_imagefolder(path: str | Path, data_seed: int = 0, image_size: int = 32)
     """``<path>/train/<class>/*`` and ``<path>/test/<class>/*`` read into memory at ``image_size``².
 
     Images are converted to RGB and resized (e.g. medical scans of different sizes); normalisation
-    statistics are computed on the training split. Meant for datasets that fit in memory.
+    statistics are computed on the training split. Meant for datasets that fit in memory. Files are found
+    as torchvision's ``ImageFolder`` finds them (its extensions, in its order); a class folder without an
+    image, a file that is not an image (a ``.png`` holding text) and a device or FIFO among the images are
+    each one :class:`UserError` naming the folder or the file (a file's contents are never quoted).
     """
-    import torchvision.datasets as tvd
-    import torchvision.transforms as T
-
     root = Path(path).expanduser()
     for part in ("train", "test"):
         if not (root / part).is_dir():
             raise DataUnavailableError(f"imagefolder {root}/ must hold train/ and test/ subfolders, one folder "
                                        f"per class")
-    tf = T.Compose([T.Resize((image_size, image_size)), T.PILToTensor()])
-
-    def read(part: str):
-        ds = tvd.ImageFolder(str(root / part), transform=tf, loader=lambda p: tvd.folder.pil_loader(p))
-        if len(ds) == 0:
-            raise DataUnavailableError(f"no images found under {root / part}/")
-        xs, ys = zip(*[ds[i] for i in range(len(ds))])
-        return torch.stack(xs).numpy(), np.asarray(ys), ds.classes
-
-    xtr, ytr, classes = read("train")
-    xte, yte, classes_te = read("test")
+    xtr, ytr, classes = _imagefolder_part(root / "train", image_size)
+    xte, yte, classes_te = _imagefolder_part(root / "test", image_size)
     if classes_te != classes:
         raise UserError(f"imagefolder {root}: test/ classes {classes_te} differ from train/ classes {classes}")
     stats = _stats(xtr.astype(np.float32) / 255.0)
     return _bundle(f"imagefolder:{root}", (xtr, ytr), (xte, yte), stats=stats, classes=classes,
                    augment=Augment(crop_padding=image_size // 8), data_seed=data_seed)
+
+
+def _imagefolder_part(folder: Path, image_size: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """``(images [N, 3, s, s] uint8, labels, class names)`` of one part of an image folder (one subfolder
+    per class, found as torchvision finds them); every problem is a :class:`UserError` naming where."""
+    import torchvision.datasets.folder as tvf
+    import torchvision.transforms as T
+
+    classes = sorted(e.name for e in os.scandir(folder) if e.is_dir())
+    if not classes:
+        raise DataUnavailableError(f"no class folders under {folder}/ (one folder per class, images inside)")
+    samples = tvf.make_dataset(str(folder), {c: i for i, c in enumerate(classes)}, tvf.IMG_EXTENSIONS,
+                               allow_empty=True)
+    empty = sorted(set(classes) - {classes[i] for _, i in samples})
+    if empty:
+        raise UserError(f"imagefolder class folder {folder / empty[0]}/ holds no image "
+                        f"({', '.join(tvf.IMG_EXTENSIONS)}){f' (nor {len(empty) - 1} more)' if len(empty) > 1 else ''}"
+                        f": add images or remove the folder")
+    tf = T.Compose([T.Resize((image_size, image_size)), T.PILToTensor()])
+    xs = [tf(_image(Path(p))) for p, _ in samples]
+    return torch.stack(xs).numpy(), np.asarray([i for _, i in samples]), classes
+
+
+def _image(path: Path):
+    """The RGB image at ``path`` (PIL), or a :class:`UserError` naming the file (its contents unquoted)."""
+    from PIL import Image
+
+    validate.not_special("imagefolder image", path)  # a FIFO named x.png would block the read forever
+    try:
+        with Image.open(path) as img:
+            return img.convert("RGB")
+    except Exception as e:  # noqa: BLE001 - UnidentifiedImageError, truncated data, a decompression bomb...
+        raise UserError(f"imagefolder image {path} cannot be read as an image ({type(e).__name__}); replace or "
+                        f"remove it") from None

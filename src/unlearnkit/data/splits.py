@@ -48,12 +48,20 @@ class ForgetSpec:
         if given != 1:
             raise UserError("give exactly one forget specification: --forget-classes, --forget-random, "
                             "--forget-indices or --forget-flipped")
-        if self.flipped is not None:
-            from .. import validate
+        from .. import validate
 
+        if self.flipped is not None:
             object.__setattr__(self, "flipped", validate.forget_flipped("flipped", self.flipped))
-        object.__setattr__(self, "classes", tuple(int(c) for c in self.classes))
-        object.__setattr__(self, "concept", tuple(int(c) for c in self.concept))
+        if self.random is not None:
+            validate.number("random", self.random)  # a finite number (its domain: make_split says what it selects)
+        if self.indices_file is not None:
+            object.__setattr__(self, "indices_file", validate.text("indices_file", str(self.indices_file)
+                                                                   if isinstance(self.indices_file, Path)
+                                                                   else self.indices_file))
+        if self.samples is not None:
+            object.__setattr__(self, "samples", validate.whole("samples", self.samples, low=1))
+        for key in ("classes", "concept"):  # whole numbers >= 0 ("3,8", [3, 8] or (3,)); 3,3 is class 3 once
+            object.__setattr__(self, key, tuple(validate.int_list(key, getattr(self, key))))
         if self.task is not None and len(self.classes) != 1:
             raise UserError(f"task {self.task} forgets exactly one fine class: give one --forget-classes")
 
@@ -168,18 +176,23 @@ def read_indices(path: str | Path) -> np.ndarray:
     text file (whitespace/comma separated), or a boolean mask (a ``.npy`` of dtype bool, returned as
     bool: one entry per training sample, :func:`make_split` checks its length). Floats, complex
     numbers, text, structured records and values beyond int64 are a :class:`UserError` naming the file."""
-    p = Path(path).expanduser()
+    from .. import validate
+
+    p = validate.not_special("forget indices file", path)
     if not p.is_file():
-        raise UserError(f"forget indices file {p} does not exist")
+        raise UserError(f"forget indices file {p} {'is a folder, not a file' if p.is_dir() else 'does not exist'}")
     try:
-        if p.suffix == ".npy":
-            arr = np.load(p, allow_pickle=False)
-        else:
-            arr = np.asarray([int(t) for t in p.read_text().replace(",", " ").split()], dtype=object)
-    except (ValueError, OSError, EOFError) as e:  # not numbers, not a .npy file, truncated, not UTF-8 text
+        arr = np.load(p, allow_pickle=False) if p.suffix == ".npy" else _text_indices(p)
+    except UserError:
+        raise
+    except (ValueError, OSError, EOFError) as e:  # not a .npy file, truncated, a pickle: numpy's words, no content
         detail = " ".join(str(e).split())[:120] or type(e).__name__
         raise UserError(f"cannot read forget indices from {p}: {detail} (give whole numbers)") from None
-    arr = np.asarray(arr).ravel()
+    arr = np.asarray(arr)
+    if arr.ndim != 1 and arr.dtype.names is None:  # a 2-D array was flattened silently; a 0-d one is no list
+        raise UserError(f"forget indices file {p} holds a {arr.ndim}-D array of shape {tuple(arr.shape)}; give a "
+                        f"1-D list of whole-number indices (or a 1-D boolean mask, one entry per training sample)")
+    arr = arr.ravel()
     if arr.dtype == bool:
         return arr
     if arr.dtype.names is not None or arr.dtype.kind not in "iuO":
@@ -189,6 +202,26 @@ def read_indices(path: str | Path) -> np.ndarray:
     if huge:
         raise UserError(f"forget indices file {p} holds the index {huge[0]}, far beyond any dataset")
     return arr.astype(np.int64)
+
+
+def _text_indices(p: Path) -> np.ndarray:
+    """The whole numbers of a text file (whitespace or comma separated), as an object array (any size). A
+    file that is not UTF-8 text or holds anything else is a :class:`UserError` that says where (line and
+    item number), never what: the file may be anything (a system file named by mistake), so its contents
+    are not quoted."""
+    from .. import validate
+
+    _, text = validate.text_file("forget indices file", p)  # UTF-8 (only the bad byte is named), not huge
+    out: list[int] = []
+    for line_no, line in enumerate(text.splitlines(), 1):
+        for item_no, token in enumerate(line.replace(",", " ").split(), 1):
+            try:
+                out.append(int(token))
+            except ValueError:
+                raise UserError(f"forget indices file {p}: item {item_no} of line {line_no} is not a whole number; "
+                                f"give whole numbers, one per line or comma separated (its text is not shown)") \
+                    from None
+    return np.asarray(out, dtype=object)
 
 
 def _forget_from_file(path: str, n: int) -> np.ndarray:
@@ -212,6 +245,13 @@ def split_hash(bundle: DatasetBundle, forget_indices: np.ndarray, extra: dict | 
 
 def make_split(bundle: DatasetBundle, spec: ForgetSpec, seed: int = 0) -> UnlearningSplit:
     """Build the unlearning split. ``seed`` draws the random forget set (class forgetting ignores it)."""
+    from .. import validate
+
+    if not isinstance(bundle, DatasetBundle):
+        raise UserError(f"bundle must be a dataset (unlearnkit.load_dataset(...)), not {type(bundle).__name__}")
+    if not isinstance(spec, ForgetSpec):
+        raise UserError(f"spec must be a ForgetSpec (e.g. ForgetSpec(classes=[3])), not {type(spec).__name__}")
+    seed = validate.whole("seed", seed, low=0, high=validate.MAX_SEED)
     y = bundle.train.y.numpy()
     n = len(y)
     k = bundle.num_classes

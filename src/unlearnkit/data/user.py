@@ -70,9 +70,17 @@ def _pair(item, where: str, keys: Keys) -> tuple[object, object]:
     return item[0], item[1]
 
 
+def _holds_values(t: Tensor, where: str, what: str) -> None:
+    """A tensor on the ``meta`` device has a shape but no values: a :class:`UserError` naming ``where``."""
+    if t.is_meta:
+        raise UserError(f"{where}: its {what} are on the meta device (a shape without values); load the data "
+                        f"first (e.g. build the tensors on cpu)")
+
+
 def _inputs(x, where: str) -> Tensor:
     """``x`` as a tensor of numbers; a :class:`UserError` naming ``where`` for text or objects."""
     if isinstance(x, Tensor):
+        _holds_values(x, where, "inputs")
         if x.is_complex() or x.dtype == torch.bool:
             raise UserError(f"{where}: inputs must be real numbers, got {x.dtype}")
         return x
@@ -91,6 +99,7 @@ def _labels(y, where: str) -> Tensor:
             raise UserError(f"{where}: labels must be class indices (integers), got {arr.dtype} values such as "
                             f"{shown[0] if shown else arr.dtype!r}; map class names to 0..K-1 first")
         y = torch.as_tensor(arr)
+    _holds_values(y, where, "labels")
     if y.is_complex():
         raise UserError(f"{where}: labels must be class indices (integers), got {y.dtype}")
     return y.reshape(-1)

@@ -9,7 +9,7 @@ difference from it.
 from .accuracy import accuracy
 from .cka import cka_subsample_indices, linear_cka
 from .feature_distance import fid_feat, mean_cosine_similarity, mean_l2
-from .forgetting_quality import (
+from .forgetting_quality_metric import (
     ForgetScore,
     final_score,
     forget_score,

@@ -40,6 +40,7 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
+from .. import validate
 from ..errors import UserError
 from .zoo import Tap
 
@@ -186,7 +187,10 @@ def _channels(module: nn.Module) -> int | None:
 def prepare_taps(model: nn.Module, example: Tensor, layers: Sequence[str] | None = None) -> list[str]:
     """Give ``model`` audit layers when it has none (:func:`discover_taps`) and add every module path
     named in ``layers``; returns the layers to audit (``layers``, else all of the model's). A model without
-    an ``nn.Linear`` classifier has only the layers named (:class:`NoClassifier` when none is)."""
+    an ``nn.Linear`` classifier has only the layers named (:class:`NoClassifier` when none is). ``layers`` is
+    checked first (:func:`unlearnkit.validate.layer_names`: a list of distinct names, not a bare string, not
+    empty), for the Python API and the command line alike."""
+    layers = validate.layer_names("layers", layers)
     if not has_taps(model):
         try:
             model.unlearnkit_taps, model.unlearnkit_head = discover_taps(model, example)

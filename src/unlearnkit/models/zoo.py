@@ -49,7 +49,15 @@ def register_model(name: str, info: str, *aliases: str):
 
 
 def create_model(name: str, num_classes: int, in_channels: int = 3, image_size: int = 32, **kwargs) -> nn.Module:
-    """Build a model by name; ``torchvision:<arch>`` and ``timm:<arch>`` reach those libraries."""
+    """Build a model by name; ``torchvision:<arch>`` and ``timm:<arch>`` reach those libraries. The name and the
+    sizes are checked first (a :class:`UserError` naming them): at least 1 class and 1 channel, an image side of
+    at least 1 pixel, each at most 2**31 - 1."""
+    from .. import validate
+
+    validate.text("model", name)
+    num_classes = validate.whole("num_classes", num_classes, low=1, high=2**31 - 1)
+    in_channels = validate.whole("in_channels", in_channels, low=1, high=2**31 - 1)
+    image_size = validate.whole("image_size", image_size, low=1, high=2**31 - 1)
     if name.startswith("torchvision:"):
         model = _torchvision_model(name.split(":", 1)[1], num_classes, in_channels, image_size, **kwargs)
     elif name.startswith("timm:"):

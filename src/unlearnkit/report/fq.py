@@ -3,14 +3,13 @@
 
 Each file is one task and one original (its ``config.seed``) with N unlearning runs per method against
 N retrained models; its score per method is the NeurIPS 2023 challenge's final score
-(``final_score``: forget score x retain and test accuracy ratios, :mod:`unlearnkit.metrics.forgetting_quality`).
+(``final_score``: forget score x retain and test accuracy ratios, :mod:`unlearnkit.metrics.forgetting_quality_metric`).
 Files of the same task with different originals are the seeds of the leaderboard's mean ± interval;
 the controls (``retrain``: more retrained models, the top of the scale; ``original``: the original
 itself, the bottom) go to those rows. The same task, original and method twice: the later file wins.
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -26,7 +25,7 @@ def fq_files(paths: list[Path]) -> list[Path]:
     """Every ``forgetting_quality.json`` given: the files themselves, and those found under folders."""
     out: list[Path] = []
     for p in paths:
-        p = Path(p)
+        p = validate.not_special("--forgetting-quality", p)
         if p.is_dir():
             found = sorted(p.rglob(FILE))
             if not found:
@@ -40,10 +39,9 @@ def fq_files(paths: list[Path]) -> list[Path]:
 
 
 def _read(path: Path) -> dict:
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise UserError(f"--forgetting-quality: {path} is not a readable JSON file ({e})") from None
+    # one found under a folder: never opened when special; UTF-8, at most MAX_TEXT_BYTES, strict JSON
+    path, text = validate.text_file("--forgetting-quality", path)
+    doc = validate.json_text(f"--forgetting-quality: {path}", text, "a readable JSON file")
     if not isinstance(doc, dict) or doc.get("schema") != FORGETTING_QUALITY_SCHEMA:
         raise UserError(f"--forgetting-quality: {path} is not a {FILE} (schema {FORGETTING_QUALITY_SCHEMA!r} "
                         f"expected)")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import io
 import math
 
-from ..plotting import LITERAL, literal_legend, literal_text, plain_log_ticks
+from ..plotting import LITERAL, literal_legend, literal_text, plain_log_ticks, ratio_ticks
 from ..results import RETRAIN
 from .stats import stat
 from .tables import block_name, forget_acc_yu, group, layer, metric
@@ -207,6 +207,7 @@ def separability(records) -> bytes | None:
                     label = None
         ax.axhline(1, color="black", lw=0.8)
         ax.set_yscale("log")
+        ratio_ticks(ax.yaxis)  # 0.5×, 1×, 2×, 4×: never 10⁰ or 6×10⁻¹
         ax.set_xticks(range(len(names)), names, fontsize=7, **LITERAL)
         ax.set_xlim(-0.5, len(names) - 0.5)
         ax.set_ylabel("separability ratio to retrain")

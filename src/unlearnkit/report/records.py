@@ -8,7 +8,6 @@ group computes identically (same retrained features, same probe splits).
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -203,6 +202,33 @@ def _in_range(prefix: str, where: str, name: str, value):
     return value
 
 
+#: (the config key, the task.forget key) of each forget setting results.json records twice
+_FORGET_PAIRS = (("forget_classes", "classes"), ("forget_random", "random"), ("forget_flipped", "flipped"))
+
+
+def _same_forget_set(prefix: str, config: dict, forget: dict, num_classes) -> None:
+    """The forget set ``config`` asked for is the one ``task.forget`` records (``unlearnkit run`` writes both
+    from one value): a file whose two disagree (``config.forget_classes: [99]`` on a task that forgot class
+    3) was edited or assembled by hand, and its rows cannot be labelled. A UserError naming both keys."""
+    classes = config.get("forget_classes")
+    if classes not in (None, [], ""):
+        got = validate.int_list(f"{prefix}: config.forget_classes", classes)
+        if num_classes is not None:
+            for c in got:
+                validate.whole(f"{prefix}: config.forget_classes", c, low=0, high=num_classes - 1)
+    for key, task_key in _FORGET_PAIRS:
+        given, recorded = config.get(key), forget.get(task_key)
+        if given in (None, [], ""):
+            continue
+        if key == "forget_classes":
+            same = set(validate.int_list(key, given)) == set(recorded or [])
+        else:
+            same = validate.is_number(given) and validate.is_number(recorded) and float(given) == float(recorded)
+        if not same:
+            raise UserError(f"{prefix}: config.{key} {given!r} contradicts task.forget.{task_key} {recorded!r}; one "
+                            f"of them was edited: give the results.json unlearnkit wrote")
+
+
 def _checked_results(prefix: str, res: dict) -> dict[str, tuple[dict, dict | None]]:
     """What :func:`from_results` reads, checked once: the first problem is the one line raised.
     Returns every model row's ``(metrics, audit)``, checked."""
@@ -231,6 +257,7 @@ def _checked_results(prefix: str, res: dict) -> dict[str, tuple[dict, dict | Non
     check_forget(prefix, forget, num_classes)  # a set the report can name, of classes the dataset has
     config = _mapping(prefix, "config", _required(prefix, res, "", "config"))
     validate.whole(f"{prefix}: config.seed", _required(prefix, config, "config", "seed"))
+    _same_forget_set(prefix, config, forget, num_classes)
     prov = res.get("provenance")
     if prov is not None:
         _mapping(prefix, "provenance", prov, "a mapping (or null)")
@@ -248,17 +275,14 @@ def from_results(path: str | Path) -> list[Record]:
     p = Path(path).expanduser()
     if p.is_dir():
         p = p / "results.json"
+    validate.not_special("results file", p)
     if not p.exists():
         raise UserError(f"results file {p} does not exist (unlearnkit run writes <out>/results.json)")
     if not p.is_file():
         raise UserError(f"results file {p} is {'a folder' if p.is_dir() else 'not a regular file'}, not a "
                         f"results.json")
-    try:
-        res = json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{p} is not a results.json ({e})") from None
-    except OSError as e:
-        raise UserError(f"results file {p} cannot be read ({e.strerror})") from None
+    p, text = validate.text_file("results file", p)  # UTF-8, at most MAX_TEXT_BYTES
+    res = validate.json_text(f"results file {p}", text, "a results.json")  # strict: no key twice, no NaN
     if not isinstance(res, dict) or not str(res.get("schema", "")).startswith("unlearnkit.results/"):
         raise UserError(f"{p} is not an unlearnkit results.json (no schema unlearnkit.results/1)")
     rows = _checked_results(f"results.json {p}", res)  # before anything is read from it

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from unlearnkit.metrics import final_score, forget_score, logit_scaled_confidence, per_example_epsilons
-from unlearnkit.metrics import forgetting_quality as fq
+from unlearnkit.metrics import forgetting_quality_metric as fq
 
 DELTA = 1e-5
 

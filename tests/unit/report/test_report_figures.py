@@ -149,3 +149,38 @@ def test_35_methods_stay_legible(drawn, figure):
         for ax in axes:
             shown = [t for t in ax.get_legend().get_texts() if t.get_text().startswith("a_rather")]
             assert 1 <= len(shown) <= plots.PER_PANEL
+
+
+def test_report_log_axes_read_as_plain_ratios_and_seconds(drawn):
+    """Issue 44: log-axis ticks read ``3×10⁰`` and ``6×10⁻¹``. The separability ratio's axis reads 0.5×, 1×, 2×,
+    4× (powers of two, 1× among them); the runtime axis plain seconds (0.5, 2, 10)."""
+    records = fake_records(3)
+    assert plots.separability(records) and plots.runtime(records)
+    ratio_axes = seconds_axes = 0
+    for fig in drawn:
+        FigureCanvasAgg(fig).draw()
+        for ax in fig.axes:
+            for axis in (ax.xaxis, ax.yaxis):
+                if axis.get_scale() != "log":
+                    continue
+                labels = [t.get_text() for t in axis.get_ticklabels(which="both") if t.get_visible() and t.get_text()]
+                assert labels and not any("10" in t and ("^" in t or "×10" in t) for t in labels), labels
+                assert not any("mathdefault" in t for t in labels), labels
+                if axis is ax.yaxis:  # the separability ratio
+                    ratio_axes += 1
+                    assert all(t.endswith("×") for t in labels) and "1×" in labels, labels
+                    values = [float(t[:-1]) for t in labels]
+                    assert all(math.log2(v) == round(math.log2(v)) for v in values), values
+                else:
+                    seconds_axes += 1
+                    assert all(float(t) > 0 for t in labels), labels
+    assert ratio_axes >= 1 and seconds_axes >= 1
+
+
+def test_ratio_ticks_keep_one_and_thin_out_over_many_powers():
+    from unlearnkit.plotting import RatioLocator
+
+    loc = RatioLocator()
+    assert loc.tick_values(0.3, 5) == [0.25, 0.5, 1.0, 2.0, 4.0, 8.0]
+    wide = loc.tick_values(1e-4, 1e4)
+    assert 1.0 in wide and len(wide) <= 10
