@@ -575,6 +575,23 @@ def invariance(rows: list[dict]) -> list[str]:
     return bad
 
 
+def combine(paths: list[str], out: str) -> int:
+    """The summary and invariance check of several runs' rows (``--combine``), written to ``out``."""
+    from unlearnkit.checkpoints import atomic_write_text
+
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    rows = [r for run in runs for r in run["rows"]]
+    lines, bad = summary(rows), invariance(rows)
+    print("\n".join(lines))
+    print(f"bit-identical copies that moved: {len(bad)}" + "".join(f"\n  {b}" for b in bad))
+    payload = {"combined": [str(p) for p in paths], "args": [run["args"] for run in runs], "rows": rows,
+               "summary": lines, "invariance_failures": bad, "elapsed_s": sum(run["elapsed_s"] for run in runs),
+               "versions": runs[0].get("versions")}
+    atomic_write_text(out, json.dumps(payload, indent=1, default=str) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--datasets", default="digits,mnist5k")
@@ -591,7 +608,11 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="digits, seed 0, K = 5, four families")
     p.add_argument("--out", default=str(RESULTS))
+    p.add_argument("--combine", nargs="+", metavar="JSON", help="print and write the summary of earlier runs' files "
+                                                                  "(e.g. one per dataset, run side by side)")
     a = p.parse_args(argv)
+    if a.combine:
+        return combine(a.combine, a.out)
     if a.quick:
         a.datasets, a.seeds, a.references, a.families = "digits", "0", "5", "masked,output_forger,distiller,matcher"
     a.datasets = a.datasets.split(",")

@@ -206,7 +206,7 @@ class AuditConfig:
     head_relearn_lr: float = 0.01
     head_relearn_steps: tuple[int, ...] = (10, 40)
     relearn: bool = True
-    resurface_max_forget: int = 1000
+    resurface_max_forget: int = 256
     # --- IDI (Jeon et al., reference-specs §2.6; audit/idi.py) ---------------------------------
     idi: bool = False
     idi_trials: int = 3

@@ -138,8 +138,12 @@ class RelearnCurve:
 
 
 def _inputs(data, rows: np.ndarray, device) -> torch.Tensor:
+    """The normalised inputs of ``rows``; images in channels-last order on the CPU, as the working copies'
+    weights (:func:`working_copy`: a mismatched order is converted at every convolution, twice the time)."""
     sub = data.subset(torch.from_numpy(rows))
-    return sub.normalize(sub.x).to(device)
+    x = sub.normalize(sub.x).to(device)
+    on_cpu = device is None or torch.device(device).type == "cpu"
+    return x.contiguous(memory_format=torch.channels_last) if on_cpu and x.dim() == 4 else x
 
 
 def _read(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int) -> tuple[float, float, float]:
@@ -212,8 +216,6 @@ def relearn_model(model: nn.Module, plan: RelearnPlan, split, config: AuditConfi
                        split.train_retain.y[torch.from_numpy(draw.retain)]]).to(device)
         held = (_inputs(split.train_forget, draw.held_out, device),
                 split.train_forget.y[torch.from_numpy(draw.held_out)].to(device))
-        if device is None or torch.device(device).type == "cpu":
-            x = x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x
 
         def read(m, held=held):
             got = {"train": _read(m, *held, config.batch_size)}
