@@ -67,6 +67,10 @@ def test_all_three_files_audit_the_users_data_without_a_warning(user, tmp_path, 
     assert report["verdict"]
     # the audited forget rows are the file's (class 3 of the training data: the split's own count)
     assert str(len(digits_split.train_forget)) in json.dumps(report)
+    # the reference's provenance: its weights' sha256, and that the user supplied it (a plain state dict)
+    (ref,) = report["references"]
+    assert len(ref["sha256"]) == 64 and ref["source"].startswith("user (--retrained ") and "r.pt" in ref["source"]
+    assert isinstance(report["audit_seed"], int)  # drawn fresh, recorded
 
 
 def test_each_substituted_part_is_named_in_a_warning_on_stderr(user, tmp_path, stop_at_the_audit):

@@ -215,8 +215,9 @@ class Auditor:
     new model. The arguments are those of :func:`audit`.
     """
 
-    def __init__(self, original: nn.Module, retrained, *, forget=None, retain=None, test=None, layers: Sequence[str] | None = None,
-                 config: AuditConfig | None = None, device: str | None = None, progress: bool = True,
+    def __init__(self, original: nn.Module, retrained, *, forget=None, retain=None, test=None,
+                 layers: Sequence[str] | None = None, config: AuditConfig | None = None, device: str | None = None,
+                 progress: bool = True,
                  input_key: str | None = None, label_key: str | None = None, **config_overrides) -> None:
         from ..checkpoints import require_finite_models
 
@@ -289,8 +290,9 @@ def _one_class_count(counts: list[int]) -> int:
     return counts[0]
 
 
-def audit(original: nn.Module, unlearned, retrained, *, forget=None, retain=None, test=None, layers: Sequence[str] | None = None,
-          config: AuditConfig | None = None, device: str | None = None, progress: bool = True,
+def audit(original: nn.Module, unlearned, retrained, *, forget=None, retain=None, test=None,
+          layers: Sequence[str] | None = None, config: AuditConfig | None = None, device: str | None = None,
+          progress: bool = True,
           input_key: str | None = None, label_key: str | None = None,
           **config_overrides) -> AuditResult | list[AuditResult]:
     """Did ``unlearned`` really forget ``forget``? The representation audit of the user's models on the user's data.
