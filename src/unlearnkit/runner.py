@@ -307,11 +307,14 @@ class Evaluation:
 
 def reference_provenance(ref: Reference) -> dict:
     """What a run knows of one reference: unlearnkit trained it (``run``), its seed, recipe and cache entry (the
-    file's name, which holds the hash of its training key: the cache folder is the machine's business)."""
+    file's name, which holds the hash of its training key: the cache folder is the machine's business), and,
+    when it was trained together with others (batched), their seeds (``batched_with``)."""
     meta = ref.meta or {}
     key = meta.get("key") or {}
+    batched = (meta.get("batched") or {}).get("seeds")
     return {"source": "unlearnkit run", "seed": key.get("seed", meta.get("seed")), "recipe": key.get("recipe"),
-            "checkpoint": Path(ref.path).name if ref.path else None, "cached": bool(ref.cached)}
+            "checkpoint": Path(ref.path).name if ref.path else None, "cached": bool(ref.cached),
+            **({"batched_with": list(batched)} if batched else {})}
 
 
 def run_method(exp: Experiment, refs: References, name: str, evaluation: Evaluation | None = None) -> None:
