@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from unlearnkit.batched import Stack, batch_support, fit_batched
+from unlearnkit.batched import Stack, Wide, batch_support, engine_for, fit_batched
 from unlearnkit.data.arrays import ArrayData, Augment
 from unlearnkit.loop import Recipe, fit
 from unlearnkit.models.zoo import create_model
@@ -54,11 +54,13 @@ def default_dtype(request):
     torch.set_default_dtype(old)
 
 
-@pytest.mark.parametrize(("optimizer", "default_dtype", "tol"),
-                         [("sgd", torch.float32, 1e-4), ("adam", torch.float64, 1e-9)], indirect=["default_dtype"])
-def test_each_batched_model_is_its_sequential_training_up_to_rounding(optimizer, default_dtype, tol):
+@pytest.mark.parametrize(("engine", "optimizer", "default_dtype", "tol"),
+                         [(Wide, "sgd", torch.float32, 1e-4), (Stack, "sgd", torch.float32, 1e-4),
+                          (Wide, "adam", torch.float64, 1e-9)], indirect=["default_dtype"])
+def test_each_batched_model_is_its_sequential_training_up_to_rounding(engine, optimizer, default_dtype, tol):
     """8 steps with crop and flip augmentation: model k of the batch equals ``fit(seed=k)`` up to rounding
-    (measured here: about 1e-7 with SGD in float32, 1e-15 with Adam in float64). Adam is compared in float64:
+    (measured here: about 1e-7 or less with SGD in float32, 1e-15 or less with Adam in float64), with either
+    engine: the wide model (grouped layers) and the stacked one (vmap). Adam is compared in float64:
     in float32 it divides gradients of about its eps (1e-8) by their own size, which turns float32 rounding
     into differences of 1e-4 after 8 steps (measured); in float64 the same steps agree to 1e-15, which a wrong
     data order, initialisation, gradient or BatchNorm statistic could not (checked below: a swapped seed)."""
@@ -66,7 +68,7 @@ def test_each_batched_model_is_its_sequential_training_up_to_rounding(optimizer,
     recipe = Recipe(optimizer=optimizer, lr=0.05 if optimizer == "sgd" else 1e-3, epochs=2, batch_size=64)
     seeds = [3, 7]
     batched = [_cnn(s) for s in seeds]
-    states = fit_batched(batched, data, recipe, aug, seeds=seeds, progress=False)
+    states = fit_batched(batched, data, recipe, aug, seeds=seeds, progress=False, engine=engine)
     for k, seed in enumerate(seeds):
         alone = _cnn(seed)
         state = fit(alone, data, recipe, aug, seed=seed, progress=False)
@@ -154,12 +156,45 @@ class _Dropped(nn.Module):
         return self.net(x)
 
 
+class _Mixing(nn.Module):
+    """Mixes channels (a transpose inside): the wide model would mix the models; vmap runs it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.fc = nn.Linear(4 * 64, 10)
+
+    def forward(self, x):
+        h = self.conv(x)
+        return self.fc(h.transpose(1, 3).flatten(1))
+
+
 def test_batch_support_names_what_it_cannot_batch():
     x = torch.randn(2, 1, 8, 8)
     assert batch_support(_cnn(0), x) is None
-    assert batch_support(create_model("resnet18", 10, 1, 8, width=4), x) is None
+    assert engine_for([_cnn(0), _cnn(1)], x) == (Wide, None)
+    assert engine_for([create_model("resnet18", 10, 1, 8, width=4)] * 2, x) == (Wide, None)
+    assert engine_for([_Mixing()] * 2, x) == (Stack, None)  # the wide model's trial catches the mixing
     assert "Dropout" in batch_support(_Dropped(), x)
     assert "vmap cannot run" in batch_support(_cnn(0), torch.randn(2, 3, 8, 8))  # a forward that fails
+
+
+def test_wide_resnet18_is_exact_on_a_forward_and_backward_pass():
+    models = [create_model("resnet18", 10, 1, 8, width=4) for _ in range(2)]
+    xs = torch.randn(2, 4, 1, 8, 8)
+    wide = Wide.of(models)
+    out = wide.forward(xs)
+    out.sum().backward()
+    for k, m in enumerate(models):
+        own = m(xs[k])
+        assert torch.allclose(out[k], own, rtol=1e-4, atol=1e-5)
+        own.sum().backward()
+        grads = dict(zip(dict(m.named_parameters()), wide.parameters()))
+        for name, p in m.named_parameters():  # float rounding relative to the gradient's scale
+            got = grads[name].grad.reshape(2, *p.shape)[k]
+            assert float((got - p.grad).abs().max()) <= 1e-4 * float(p.grad.abs().max()) + 1e-6, name
+        assert all(torch.equal(v, wide.state_dict(k)[key]) for key, v in m.state_dict().items()
+                   if "running" not in key and "num_batches" not in key)
 
 
 def test_stack_state_dicts_have_the_models_keys_and_shapes():
