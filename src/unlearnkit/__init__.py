@@ -21,7 +21,7 @@ from ._version import __version__
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:  # what IDEs and type checkers see; at run time each name loads on first use
-    from .api import unlearn  # noqa: F401
+    from .api import train_references, unlearn  # noqa: F401
     from .audit.config import AuditConfig  # noqa: F401
     from .audit.report import AuditReport  # noqa: F401
     from .audit.user import Auditor, AuditResult, audit  # noqa: F401
@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time each name load
     from .stream import StreamResults, unlearn_sequence  # noqa: F401
 
 #: public name -> the module that defines it (a name equal to the module's own is the module itself)
-_LAZY = {"unlearn": ".api", "UnlearnResult": ".methods.base", "Auditor": ".audit.user",
+_LAZY = {"unlearn": ".api", "train_references": ".api", "UnlearnResult": ".methods.base", "Auditor": ".audit.user",
          "AuditResult": ".audit.user", "AuditReport": ".audit.report", "AuditConfig": ".audit.config",
          "UserError": ".errors",
          "load_checkpoint": ".checkpoints", "save_checkpoint": ".checkpoints",
@@ -48,7 +48,8 @@ _LAZY = {"unlearn": ".api", "UnlearnResult": ".methods.base", "Auditor": ".audit
 
 __all__ = ["__version__", "load_checkpoint", "save_checkpoint", "DATASETS", "load_dataset", "ForgetSpec",
            "UnlearningSplit", "make_split", "capture", "extract", "MODELS", "audit_layers", "create_model",
-           "unlearn", "UnlearnResult", "audit", "Auditor", "AuditResult", "AuditReport", "AuditConfig", "UserError",
+           "unlearn", "train_references", "UnlearnResult", "audit", "Auditor", "AuditResult", "AuditReport",
+           "AuditConfig", "UserError",
            "tune_cpu_allocator", "unlearn_sequence", "StreamResults"]
 
 

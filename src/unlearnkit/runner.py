@@ -57,6 +57,7 @@ from .training import (
     default_recipe,
     numerics,
     reference_model,
+    reference_models,
     versions,
     with_overrides,
 )
@@ -231,7 +232,10 @@ def prepare(cfg: RunConfig, progress: bool = True, build=build_split) -> Experim
 
 def train_references(exp: Experiment) -> References:
     """Step 2: the original and the retrained reference (cached), and with an audit the further retrains
-    of seeds ``seed+1 ..`` it derives its tolerances from (:func:`audit_references`)."""
+    of seeds ``seed+1 ..`` it derives its tolerances from (:func:`audit_references`). The further retrains
+    are trained together, batched across the models, where the architecture allows
+    (:func:`unlearnkit.training.reference_models`); the retrain of ``seed`` is trained alone, so its
+    training time, which the methods' speedups divide, is that of one retrain."""
     cfg = exp.cfg
     common = dict(split=exp.split, model_name=exp.model_name, recipe=exp.recipe, seed=cfg.seed,
                   model_kwargs=exp.model_kwargs, cache_dir=cfg.cache_dir, device=exp.device,
@@ -243,10 +247,13 @@ def train_references(exp: Experiment) -> References:
     extra = []
     if cfg.audit:
         k = audit_references(cfg, original.model)
-        extra = [reference_model("retrain", **{**common, "seed": cfg.seed + i}) for i in range(1, k)]
+        rest = {key: v for key, v in common.items() if key != "seed"}
+        extra = reference_models("retrain", **rest, seeds=[cfg.seed + i for i in range(1, k)])
+        together = sorted({len(r.meta["batched"]["seeds"]) for r in extra if not r.cached and r.meta.get("batched")})
         if k > 1:
-            exp.say(f"audit: {k} retrained references (seeds {cfg.seed}..{cfg.seed + k - 1}): the verdict compares "
-                    f"each model with their spread")
+            exp.say(f"audit: {k} retrained references (seeds {cfg.seed}..{cfg.seed + k - 1}"
+                    f"{'; trained batched, ' + '/'.join(map(str, together)) + ' at once' if together else ''}): "
+                    f"the verdict compares each model with their spread")
     return References(original, retrain, extra)
 
 
@@ -300,11 +307,14 @@ class Evaluation:
 
 def reference_provenance(ref: Reference) -> dict:
     """What a run knows of one reference: unlearnkit trained it (``run``), its seed, recipe and cache entry (the
-    file's name, which holds the hash of its training key: the cache folder is the machine's business)."""
+    file's name, which holds the hash of its training key: the cache folder is the machine's business), and,
+    when it was trained together with others (batched), their seeds (``batched_with``)."""
     meta = ref.meta or {}
     key = meta.get("key") or {}
+    batched = (meta.get("batched") or {}).get("seeds")
     return {"source": "unlearnkit run", "seed": key.get("seed", meta.get("seed")), "recipe": key.get("recipe"),
-            "checkpoint": Path(ref.path).name if ref.path else None, "cached": bool(ref.cached)}
+            "checkpoint": Path(ref.path).name if ref.path else None, "cached": bool(ref.cached),
+            **({"batched_with": list(batched)} if batched else {})}
 
 
 def run_method(exp: Experiment, refs: References, name: str, evaluation: Evaluation | None = None) -> None:

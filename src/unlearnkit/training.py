@@ -6,8 +6,10 @@ recipes tuned for the bundled data on CPU. ``reference_model`` trains the ``orig
 training split) or the ``retrain`` reference (``train_retain`` only, same recipe, same seed)
 through a cache keyed by (dataset, split hash, model, recipe, seed, code version, and bf16 autocast
 when used): a second run reuses them; an interrupted training resumes from its last finished epoch.
-Under ``torchrun`` all ranks train together; rank 0 alone holds the cache lock, reads and writes
-the cache and the partial state, and sends the others what they need (``distributed.py``).
+``reference_models`` gives several seeds' references, each under its own key, trained together
+(batched across the models, :mod:`unlearnkit.batched`) where the architecture allows. Under
+``torchrun`` all ranks train together; rank 0 alone holds the cache lock, reads and writes the cache
+and the partial state, and sends the others what they need (``distributed.py``).
 """
 from __future__ import annotations
 
@@ -117,17 +119,11 @@ def reference_model(kind: str, split, model_name: str, recipe: Recipe, *, seed: 
     if kind not in ("original", "retrain"):
         raise ValueError(kind)
     model_kwargs = dict(model_kwargs or {})
-    key = reference_key(kind, split, model_name, model_kwargs, recipe, seed, runtime=runtime)
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
-    cache = Path(cache_dir) if cache_dir else default_cache_dir()
-    ds = split.dataset.name.replace("/", "_").replace(":", "_")[:40]
-    path = cache / f"{ds}-{model_name.replace(':', '_').replace('/', '_')}-{kind}-s{seed}-{digest}.pt"
+    key, path = reference_path(kind, split, model_name, model_kwargs, recipe, seed, cache_dir=cache_dir,
+                               runtime=runtime)
     main = distributed.world().is_main
     if main:
-        try:
-            cache.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise WriteFailed(e.errno, e.strerror, str(cache)) from None
+        _make_cache(path.parent)
     # no two processes (jobs) train the same model; the lock file goes with the lock (none is left stale)
     with file_lock(path.with_suffix(".lock")) if main else contextlib.nullcontext():
         cached = _cached(path, kind) if main else None
@@ -152,8 +148,7 @@ def reference_model(kind: str, split, model_name: str, recipe: Recipe, *, seed: 
         state = fit(model, data, recipe, split.dataset.augment, seed=seed, device=device,
                     description=f"{kind} {model_name}", progress=progress, resume=resume, on_epoch=save_partial,
                     runtime=runtime)
-        meta = {"kind": kind, "key": key, "train_time_s": state.elapsed_s, "history": state.history,
-                "n_train": len(data), "versions": versions(), "numerics": numerics()}
+        meta = _meta(kind, key, state, len(data))
         if main:
             save_checkpoint(model, path, meta)
             partial.unlink(missing_ok=True)
@@ -163,6 +158,142 @@ def reference_model(kind: str, split, model_name: str, recipe: Recipe, *, seed: 
             model.load_state_dict(got["state"])
             meta = got["meta"]
         return Reference(model.to(device), meta, path, cached=False)
+
+
+def reference_path(kind: str, split, model_name: str, model_kwargs: dict, recipe: Recipe, seed: int, *,
+                   cache_dir: str | Path | None = None, runtime: Runtime | None = None) -> tuple[dict, Path]:
+    """``(key, path)`` of a reference's cache entry (:func:`reference_key`; the path names its digest)."""
+    key = reference_key(kind, split, model_name, model_kwargs, recipe, seed, runtime=runtime)
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    ds = split.dataset.name.replace("/", "_").replace(":", "_")[:40]
+    return key, cache / f"{ds}-{model_name.replace(':', '_').replace('/', '_')}-{kind}-s{seed}-{digest}.pt"
+
+
+def _make_cache(cache: Path) -> None:
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise WriteFailed(e.errno, e.strerror, str(cache)) from None
+
+
+def _meta(kind: str, key: dict, state, n_train: int, batched: dict | None = None) -> dict:
+    """A reference checkpoint's metadata; ``batched``: how it was trained together with others (its
+    ``train_time_s`` is then its share of their wall time)."""
+    meta = {"kind": kind, "key": key, "train_time_s": state.elapsed_s, "history": state.history,
+            "n_train": n_train, "versions": versions(), "numerics": numerics()}
+    return {**meta, "batched": batched} if batched else meta
+
+
+def reference_models(kind: str, split, model_name: str, recipe: Recipe, *, seeds: list[int],
+                     model_kwargs: dict | None = None, cache_dir: str | Path | None = None,
+                     device: torch.device | str = "cpu", progress: bool = True, runtime: Runtime | None = None,
+                     batched: bool = True) -> list[Reference]:
+    """:func:`reference_model` for several seeds, each cached under its own key (the same key, path and
+    checkpoint format as one trained alone, so the cache and the results' provenance read them alike).
+    Those not in the cache are trained together (:func:`unlearnkit.batched.fit_batched`: equal to
+    sequential training up to float rounding) when there are two or more and the architecture allows
+    it; otherwise, or with ``batched=False`` or under ``torchrun``, one after another (the reason logged).
+    Their metadata says so: ``batched`` holds the seeds trained together and the wall time, and
+    ``train_time_s`` is each one's share of it. Interrupted, each resumes from its last finished epoch
+    (those resuming from one epoch are trained together)."""
+    from .batched import batch_support
+
+    if kind not in ("original", "retrain"):
+        raise ValueError(kind)
+    seeds = [int(s) for s in seeds]
+    if len(set(seeds)) != len(seeds):
+        raise UserError(f"seeds must be distinct (references of one seed are one model): {seeds}")
+    model_kwargs = dict(model_kwargs or {})
+    common = dict(model_kwargs=model_kwargs, cache_dir=cache_dir, device=device, progress=progress, runtime=runtime)
+    data = split.train if kind == "original" else split.retrain_data
+    why = ("batched training is off" if not batched else "one model" if len(seeds) < 2 else
+           batch_support(_build(model_name, split.dataset, model_kwargs), data.normalize(data.x[:2]), runtime=runtime))
+    if why is not None:
+        if len(seeds) > 1:
+            log.info("references of seeds %s trained one after another: %s", seeds, why)
+        return [reference_model(kind, split, model_name, recipe, seed=s, **common) for s in seeds]
+    entries = {s: reference_path(kind, split, model_name, model_kwargs, recipe, s, cache_dir=cache_dir,
+                                 runtime=runtime) for s in seeds}
+    _make_cache(entries[seeds[0]][1].parent)
+    with contextlib.ExitStack() as locks:  # one lock per model, taken in one order (no two processes deadlock)
+        for _, path in sorted(entries.values(), key=lambda e: str(e[1])):
+            locks.enter_context(file_lock(path.with_suffix(".lock")))
+        found = {s: _cached(entries[s][1], kind) for s in seeds}
+        todo = {s: entries[s] for s in seeds if found[s] is None}
+        job = Batch(kind, split, model_name, recipe, todo, runtime)
+        trained = _train_together(job, model_kwargs=model_kwargs, device=device, progress=progress) if todo else {}
+    return [Reference(found[s][0].to(device), found[s][1], entries[s][1], cached=True) if found[s] is not None
+            else trained[s] for s in seeds]
+
+
+@dataclass
+class Batch:
+    """What :func:`reference_models` trains: references of one kind, split, architecture and recipe, and
+    each one's cache entry (seed -> (key, path))."""
+
+    kind: str
+    split: object
+    model_name: str
+    recipe: Recipe
+    entries: dict[int, tuple[dict, Path]]
+    runtime: Runtime | None
+
+    @property
+    def data(self):
+        return self.split.train if self.kind == "original" else self.split.retrain_data
+
+
+def _train_together(job: Batch, *, model_kwargs: dict, device, progress: bool) -> dict[int, Reference]:
+    """Train ``job``'s references, grouped by the epoch their partial states resume from (a group of
+    several batched, one alone by :func:`unlearnkit.loop.fit`); each checkpoint written, then read back."""
+    resumes = {s: _partial(path.with_suffix(".partial.pt"), job.kind) for s, (_, path) in job.entries.items()}
+    groups: dict[int, list[int]] = {}
+    for s in job.entries:
+        groups.setdefault(int(resumes[s]["epoch"]) if resumes[s] else 0, []).append(s)
+    out = {}
+    for seeds in groups.values():
+        models = [_seeded(job.model_name, job.split.dataset, model_kwargs, s) for s in seeds]
+        states, together = _fit_group(job, seeds, models, [resumes[s] for s in seeds], device=device,
+                                      progress=progress)
+        for s, model, state in zip(seeds, models, states):
+            key, path = job.entries[s]
+            save_checkpoint(model, path, _meta(job.kind, key, state, len(job.data), together))
+            path.with_suffix(".partial.pt").unlink(missing_ok=True)
+            model, meta = load_checkpoint(path)
+            out[s] = Reference(model.to(device), meta, path, cached=False)
+    return out
+
+
+def _fit_group(job: Batch, seeds: list[int], models: list[nn.Module], resumes: list[dict | None], *, device,
+               progress: bool) -> tuple[list, dict | None]:
+    """Train ``models`` (of ``seeds``, resuming from one epoch): together when there are several, else with
+    :func:`unlearnkit.loop.fit`; their histories and the ``batched`` metadata (None when alone)."""
+    from .batched import fit_batched
+
+    paths = [job.entries[s][1].with_suffix(".partial.pt") for s in seeds]
+
+    def save_partial(k: int, st: dict) -> None:
+        if st["epoch"] < job.recipe.epochs:
+            atomic_write_bytes(paths[k], lambda f: torch.save(st, f))
+
+    description = f"{job.kind} {job.model_name}"
+    if len(models) == 1:
+        state = fit(models[0], job.data, job.recipe, job.split.dataset.augment, seed=seeds[0], device=device,
+                    description=description, progress=progress, resume=resumes[0],
+                    on_epoch=lambda st: save_partial(0, st), runtime=job.runtime)
+        return [state], None
+    states = fit_batched(models, job.data, job.recipe, job.split.dataset.augment, seeds=seeds, device=device,
+                         description=description, progress=progress,
+                         resumes=resumes if resumes[0] is not None else None, on_epoch=save_partial,
+                         runtime=job.runtime)
+    return states, {"seeds": list(seeds), "wall_s": sum(st.elapsed_s for st in states)}
+
+
+def _seeded(model_name: str, bundle, model_kwargs: dict, seed: int) -> nn.Module:
+    """The model a training of ``seed`` starts from (built right after ``torch.manual_seed(seed)``)."""
+    torch.manual_seed(seed)
+    return _build(model_name, bundle, model_kwargs)
 
 
 def check_model(model_name: str, bundle, model_kwargs: dict) -> None:

@@ -55,7 +55,8 @@ GUARDED = ("unlearnkit.training.reference_model", "unlearnkit.runner.reference_m
            "unlearnkit.audit.user._audit", "unlearnkit.audit.user.model_outputs", "unlearnkit.runner.audit_model",
            "unlearnkit.bench.runner.run_bench", "unlearnkit.report.build.make_report",
            "unlearnkit.forgetting_quality_experiment._reference", "unlearnkit.methods.base.UnlearningMethod.unlearn",
-           "unlearnkit.stream._Stream.run")
+           "unlearnkit.stream._Stream.run", "unlearnkit.runner.reference_models", "unlearnkit.api._fit_references",
+           "unlearnkit.api._users_fit")
 
 
 def install_guard(monkeypatch) -> None:

@@ -55,6 +55,12 @@ def sequence(**kw):
     return lambda: uk.unlearn_sequence(args.pop("model"), args.pop("method"), args.pop("requests"), **args)
 
 
+def refs(**kw):
+    args = {"make_model": mlp, **parts(), "k": 2, "progress": False, **kw}
+    args.pop("test")
+    return lambda: uk.train_references(args.pop("make_model"), **args)
+
+
 def split(**kw):
     def call():
         bundle = kw.pop("bundle", None) or uk.load_dataset("digits")
@@ -97,6 +103,24 @@ CASES = [
     ("hostile name", "unlearn method escape", lambda f: unlearn(method=HOSTILE[0]), ["method"]),
     ("hostile name", "unlearn method markup", lambda f: unlearn(method=HOSTILE[2]), ["method"]),
     ("hostile name", "unlearn unknown keyword", lambda f: unlearn(**{"bogus\x1b[31m": 1}), ["bogus"]),
+    # uk.train_references
+    ("wrong type", "train_references make_model=model", lambda f: refs(make_model=mlp()), ["make_model"]),
+    ("wrong type", "train_references fit=3", lambda f: refs(fit=3), ["fit"]),
+    ("wrong type", "train_references k='8'", lambda f: refs(k="8"), ["k"]),
+    ("wrong type", "train_references recipe=list", lambda f: refs(recipe=[0.1]), ["recipe"]),
+    ("empty", "train_references seeds=[]", lambda f: refs(k=None, seeds=[]), ["seeds"]),
+    ("empty", "train_references retain empty", lambda f: refs(retain=(torch.zeros(0, D), torch.zeros(0).long())),
+     ["retain"]),
+    ("huge", "train_references k 10**30", lambda f: refs(k=10**30), ["k"]),
+    ("huge", "train_references seed 2**40", lambda f: refs(k=None, seeds=[0, 2**40]), ["seeds"]),
+    ("NaN/inf", "train_references recipe lr nan", lambda f: refs(recipe={"lr": float("nan")}), ["lr"]),
+    ("NaN/inf", "train_references NaN retain", lambda f: refs(retain=_nan_x()), ["retain", "non-finite"]),
+    ("duplicate", "train_references seeds twice", lambda f: refs(k=None, seeds=[1, 1]), ["seeds"]),
+    ("duplicate", "train_references forget rows in retain", lambda f: refs(retain=_dup_forget()), ["forget"]),
+    ("contradictory", "train_references fit + recipe", lambda f: refs(fit=lambda m, d, s: m, recipe={}),
+     ["not both"]),
+    ("contradictory", "train_references k and seeds", lambda f: refs(k=3, seeds=[0, 1]), ["k", "seeds"]),
+    ("hostile name", "train_references recipe key escape", lambda f: refs(recipe={HOSTILE[0]: 1}), ["recipe"]),
     # uk.audit and uk.Auditor
     ("wrong type", "audit retrained=5", lambda f: audit(retrained=5), ["retrained"]),
     ("wrong type", "audit layers dict", lambda f: audit(layers={"penultimate": 1}), ["layers"]),

@@ -26,6 +26,7 @@ RANKS = [
     ["distributed"],
     ["runtime"],
     ["loop"],
+    ["batched"],  # K models of one architecture trained together (vmap over stacked weights)
     ["checkpoints"],
     ["evaluation"],
     ["training"],
