@@ -66,13 +66,16 @@ def install_guard(monkeypatch) -> None:
     def stop(*args, **kwargs):
         raise WorkStarted
 
-    for target in GUARDED:
+    owners = []
+    for target in GUARDED:  # every module imported before anything is patched (``from x import f`` copies f)
         module, _, attr = target.rpartition(".")
         try:
             obj = importlib.import_module(module)
         except ModuleNotFoundError:  # a class path: import its module, then walk to the class
             mod, _, cls = module.rpartition(".")
             obj = getattr(importlib.import_module(mod), cls)
+        owners.append((obj, attr))
+    for obj, attr in owners:
         monkeypatch.setattr(obj, attr, stop)
 
 
