@@ -31,7 +31,7 @@ from torch import nn
 
 from . import validate
 from .audit.user import check_model, device_for, probe, read_parts
-from .batched import batch_support, fit_batched
+from .batched import batch_support, batching_pays, fit_batched
 from .checkpoints import require_finite
 from .data.splits import UnlearningSplit
 from .data.user import shared_rows, user_split
@@ -149,9 +149,10 @@ def train_references(make_model, fit=None, *, forget, retain, k: int | None = No
     another with ``retain`` exactly as given; it trains ``model`` in place or returns the trained model.
     Without ``fit``, unlearnkit's loop trains them with ``recipe`` (a :class:`~unlearnkit.loop.Recipe` or a
     dict of its fields; default :data:`QUICK_RECIPE`: SGD lr 0.05, momentum 0.9, weight decay 5e-4, batch 64,
-    10 epochs, cosine, no augmentation), all K together, batched across the models
+    10 epochs, cosine, no augmentation); on a CUDA device all K together, batched across the models
     (:mod:`unlearnkit.batched`, equal to one after another up to float rounding) when the architecture
-    allows, else one after another (the reason logged). ``k`` (default 8) references of seeds ``0..k-1``,
+    allows, else (and on the CPU, where batching measured no faster: :func:`unlearnkit.batched.batching_pays`)
+    one after another (the reason logged). ``k`` (default 8) references of seeds ``0..k-1``,
     or ``seeds`` (distinct, 0..2**32-1). ``forget`` / ``retain``: as :func:`unlearn` takes them; a forget row
     inside ``retain`` is refused. Every argument is checked before any training (a
     :class:`~unlearnkit.UserError` naming it)."""
@@ -244,7 +245,7 @@ def _users_fit(fit, model: nn.Module, retain, seed: int) -> nn.Module:
 def _fit_references(models: list[nn.Module], retain, recipe: Recipe, seeds: list[int], *, device,
                     progress: bool) -> list[nn.Module]:
     """Train ``models`` with unlearnkit's loop: together (batched) when the architecture allows, else one by one."""
-    why = "one model" if len(models) < 2 else batch_support(models[0], retain.x[:2])
+    why = "one model" if len(models) < 2 else batching_pays(device) or batch_support(models[0], retain.x[:2])
     if why is None:
         fit_batched(models, retain, recipe, None, seeds=seeds, device=device, description="reference",
                     progress=progress)

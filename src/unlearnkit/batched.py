@@ -60,6 +60,19 @@ from .runtime import Runtime
 RANDOM_MODULES = (nn.modules.dropout._DropoutNd, nn.RReLU)
 
 
+def batching_pays(device) -> str | None:
+    """None where training references batched is the default (a CUDA device), else why they are trained one
+    after another unless batching is asked for: on this project's 2-core CPU, K = 8 small CNNs (3 epochs,
+    ``benchmarks/batched_references.py``, idle machine, 2026-12-06) took 2.34 s batched against 2.67 s one after
+    another on digits (1.14x) and 113.9 s against 70.3 s on mnist5k (0.62x: oneDNN's grouped convolutions are
+    slower than K plain ones)."""
+    kind = torch.device(device).type if device is not None else "cpu"
+    if kind == "cuda":
+        return None
+    return (f"on the {kind} batched training measured no faster than one model after another "
+            f"(benchmarks/batched_references.py: 1.14x on digits, 0.62x on mnist5k)")
+
+
 def batch_support(model: nn.Module, example: Tensor, *, runtime: Runtime | None = None) -> str | None:
     """None when :func:`fit_batched` can train copies of ``model``, else one line saying why not.
     ``example``: a few normalised input rows (the trial passes run on deep copies, on the CPU)."""

@@ -188,16 +188,17 @@ def _meta(kind: str, key: dict, state, n_train: int, batched: dict | None = None
 def reference_models(kind: str, split, model_name: str, recipe: Recipe, *, seeds: list[int],
                      model_kwargs: dict | None = None, cache_dir: str | Path | None = None,
                      device: torch.device | str = "cpu", progress: bool = True, runtime: Runtime | None = None,
-                     batched: bool = True) -> list[Reference]:
+                     batched: bool | None = None) -> list[Reference]:
     """:func:`reference_model` for several seeds, each cached under its own key (the same key, path and
     checkpoint format as one trained alone, so the cache and the results' provenance read them alike).
     Those not in the cache are trained together (:func:`unlearnkit.batched.fit_batched`: equal to
-    sequential training up to float rounding) when there are two or more and the architecture allows
-    it; otherwise, or with ``batched=False`` or under ``torchrun``, one after another (the reason logged).
+    sequential training up to float rounding) when there are two or more, the architecture allows it and
+    ``batched`` says so (None, the default: on a CUDA device only, :func:`unlearnkit.batched.batching_pays`;
+    True: on any device); otherwise, or under ``torchrun``, one after another (the reason logged).
     Their metadata says so: ``batched`` holds the seeds trained together and the wall time, and
     ``train_time_s`` is each one's share of it. Interrupted, each resumes from its last finished epoch
     (those resuming from one epoch are trained together)."""
-    from .batched import batch_support
+    from .batched import batch_support, batching_pays
 
     if kind not in ("original", "retrain"):
         raise ValueError(kind)
@@ -207,8 +208,10 @@ def reference_models(kind: str, split, model_name: str, recipe: Recipe, *, seeds
     model_kwargs = dict(model_kwargs or {})
     common = dict(model_kwargs=model_kwargs, cache_dir=cache_dir, device=device, progress=progress, runtime=runtime)
     data = split.train if kind == "original" else split.retrain_data
-    why = ("batched training is off" if not batched else "one model" if len(seeds) < 2 else
-           batch_support(_build(model_name, split.dataset, model_kwargs), data.normalize(data.x[:2]), runtime=runtime))
+    why = ("batched training is off" if batched is False else "one model" if len(seeds) < 2 else
+           (batching_pays(device) if batched is None else None)
+           or batch_support(_build(model_name, split.dataset, model_kwargs), data.normalize(data.x[:2]),
+                            runtime=runtime))
     if why is not None:
         if len(seeds) > 1:
             log.info("references of seeds %s trained one after another: %s", seeds, why)

@@ -132,7 +132,7 @@ def test_batched_references_are_distributed_like_sequential_ones(digits_split):
 def test_reference_models_caches_each_seed_under_its_own_key(digits_split, tmp_path):
     recipe = Recipe(lr=0.05, epochs=1, batch_size=64)
     refs = reference_models("retrain", digits_split, "small_cnn", recipe, seeds=[5, 6, 7], cache_dir=tmp_path,
-                            progress=False)
+                            progress=False, batched=True)
     assert [r.cached for r in refs] == [False] * 3
     for seed, ref in zip([5, 6, 7], refs):
         assert ref.meta["key"] == reference_key("retrain", digits_split, "small_cnn", {}, recipe, seed)
@@ -141,7 +141,7 @@ def test_reference_models_caches_each_seed_under_its_own_key(digits_split, tmp_p
     one = reference_model("retrain", digits_split, "small_cnn", recipe, seed=6, cache_dir=tmp_path, progress=False)
     assert one.cached and one.path == refs[1].path  # a run asking for seed 6 alone finds it
     again = reference_models("retrain", digits_split, "small_cnn", recipe, seeds=[6, 8], cache_dir=tmp_path,
-                             progress=False)
+                             progress=False, batched=True)
     assert [r.cached for r in again] == [True, False] and "batched" not in again[1].meta  # one left: alone
     with pytest.raises(Exception, match="distinct"):
         reference_models("retrain", digits_split, "small_cnn", recipe, seeds=[1, 1], cache_dir=tmp_path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+import pytest
 import torch
 from torch import nn
 
@@ -36,7 +37,23 @@ def acc(model: nn.Module, data: tuple) -> float:
         return 100.0 * float((model(data[0]).argmax(1) == data[1]).float().mean())
 
 
-def test_references_by_unlearnkits_loop_are_trained_batched_as_fit_would_train_them(caplog):
+@pytest.fixture
+def as_on_a_gpu(monkeypatch):
+    """Batching as on a CUDA device (on the CPU unlearnkit trains references one after another:
+    :func:`unlearnkit.batched.batching_pays`)."""
+    import unlearnkit.api
+
+    monkeypatch.setattr(unlearnkit.api, "batching_pays", lambda device: None)
+
+
+def test_cpu_references_are_trained_one_after_another_by_default(caplog):
+    p = parts()
+    with caplog.at_level(logging.INFO, logger="unlearnkit"):
+        uk.train_references(MLP, forget=p["forget"], retain=p["retain"], k=2, recipe={"epochs": 1}, progress=False)
+    assert "one after another: on the cpu batched training measured no faster" in caplog.text
+
+
+def test_references_by_unlearnkits_loop_are_trained_batched_as_fit_would_train_them(caplog, as_on_a_gpu):
     p = parts()
     recipe = {"epochs": 4, "batch_size": 32, "lr": 0.05}
     with caplog.at_level(logging.INFO, logger="unlearnkit"):
@@ -72,7 +89,7 @@ def test_references_by_the_users_fit_get_each_seed_and_retain_as_given():
     assert all(acc(m, p["retain"]) > 90 for m in refs)
 
 
-def test_an_architecture_vmap_cannot_batch_is_trained_one_after_another(caplog):
+def test_an_architecture_vmap_cannot_batch_is_trained_one_after_another(caplog, as_on_a_gpu):
     p = parts()
     with caplog.at_level(logging.INFO, logger="unlearnkit"):
         refs = uk.train_references(lambda: MLP(dropout=0.1), forget=p["forget"], retain=p["retain"], k=2,
