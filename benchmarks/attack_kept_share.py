@@ -23,30 +23,10 @@ import attack_suite as S  # noqa: E402
 
 from unlearnkit import ForgetSpec, load_dataset, make_split  # noqa: E402
 from unlearnkit.evaluation import model_outputs  # noqa: E402
-from unlearnkit.metrics.kernel_probe import _dprime2, probe_splits  # noqa: E402
+from unlearnkit.metrics.kernel_probe import _dprime2, kernel_probe, probe_splits  # noqa: E402
 from unlearnkit.metrics.prepare import prepare  # noqa: E402
 
 torch.set_num_threads(1)
-
-
-def kfd_rbf(z: torch.Tensor, y: np.ndarray, sp, mult: float) -> float:
-    """log mean held-out d'² of the RBF kernel Fisher discriminant at ``mult`` x the median-heuristic width."""
-    vals = []
-    yy = torch.from_numpy(y)
-    for te_np, marks, bw in zip(sp.held_out, sp.landmarks, sp.bandwidth_rows):
-        te = torch.from_numpy(te_np)
-        sub = z[torch.from_numpy(bw)]
-        d2 = torch.cdist(sub, sub).pow(2)
-        s2 = float(d2[~torch.eye(len(sub), dtype=torch.bool)].median())
-        phi = torch.exp(-torch.cdist(z, z[torch.from_numpy(marks)]).pow(2) / (2.0 * s2 * mult))
-        ff, fr = phi[~te & yy], phi[~te & ~yy]
-        c = torch.cat([ff - ff.mean(0), fr - fr.mean(0)])
-        sw = c.T @ c / len(c)
-        reg = 1e-2 * float(sw.diagonal().mean())
-        w = torch.linalg.solve(sw + reg * torch.eye(sw.shape[0], dtype=sw.dtype), ff.mean(0) - fr.mean(0))
-        s = phi[te] @ w
-        vals.append(_dprime2(s[yy[te]], s[~yy[te]]))
-    return math.log(max(float(np.mean(vals)), 1e-6))
 
 
 def mlp(z: torch.Tensor, y: np.ndarray, sp, hidden: int = 64, steps: int = 300) -> tuple[float, float]:
@@ -88,7 +68,7 @@ def main(ds: str, seed: int) -> None:
         x, y = torch.cat([f, r]), np.r_[np.ones(len(f), bool), np.zeros(len(r), bool)]
         sp = sp or probe_splits(y, seed=12345, splits=3, landmarks=200)
         z = prepare(x).standardised(x)
-        row = {f"rbf x{k}": kfd_rbf(z, y, sp, k) for k in (0.1, 0.25, 0.5, 1.0, 2.0, 4.0)}
+        row = {f"rbf x{k}": kernel_probe(z, y, sp, kernel="rbf", width=k) for k in (0.1, 0.25, 0.5, 1.0, 2.0, 4.0)}
         d, loss = mlp(z, y, sp)
         row["mlp log d'2"], row["-mlp log loss"] = d, -loss
         stats[name] = row

@@ -75,14 +75,14 @@ def probe_splits(is_forget: np.ndarray, *, seed: int, splits: int = 4, landmarks
     return ProbeSplits(tuple(held), tuple(marks), tuple(bw))
 
 
-def _features(z: Tensor, marks: np.ndarray, bw_rows: np.ndarray, kernel: str) -> Tensor:
+def _features(z: Tensor, marks: np.ndarray, bw_rows: np.ndarray, kernel: str, width: float = 1.0) -> Tensor:
     lm = z[torch.from_numpy(marks)]
     if kernel == "rbf":
         sub = z[torch.from_numpy(bw_rows)]
         d2 = torch.cdist(sub, sub).pow(2)
         off = d2[~torch.eye(len(sub), dtype=torch.bool)]
         s2 = float(off.median()) if off.numel() else 1.0
-        return torch.exp(-torch.cdist(z, lm).pow(2) / (2.0 * max(s2, 1e-12)))
+        return torch.exp(-torch.cdist(z, lm).pow(2) / (2.0 * width * max(s2, 1e-12)))
     if kernel == "poly2":
         return (z @ lm.T / max(z.shape[1], 1) + 1.0) ** 2
     raise ValueError(f"kernel must be one of {KERNELS}, not {kernel!r}")
@@ -99,10 +99,11 @@ def _dprime2(s_f: Tensor, s_r: Tensor) -> float:
 
 
 def kernel_probe(z: Tensor, is_forget: np.ndarray, splits: ProbeSplits, *, kernel: str = "rbf",
-                 ridge: float = 1e-2) -> float:
+                 ridge: float = 1e-2, width: float = 1.0) -> float:
     """log of the mean held-out d'² of the kernel Fisher discriminant (module docstring) on prepared
     (whitened) features ``z`` (n x p), over ``splits`` (:func:`probe_splits`); nan when a split has fewer
-    than 2 held-out rows on a side or the features are empty."""
+    than 2 held-out rows on a side or the features are empty. ``width`` scales the RBF kernel's squared
+    bandwidth (1: the median heuristic, what the audit reads)."""
     z = torch.as_tensor(z, dtype=torch.float64)
     y = torch.as_tensor(np.asarray(is_forget, dtype=bool))
     if z.ndim != 2 or z.shape[1] == 0:
@@ -110,7 +111,7 @@ def kernel_probe(z: Tensor, is_forget: np.ndarray, splits: ProbeSplits, *, kerne
     vals = []
     for te_np, marks, bw_rows in zip(splits.held_out, splits.landmarks, splits.bandwidth_rows):
         te = torch.from_numpy(te_np)
-        phi = _features(z, marks, bw_rows, kernel)
+        phi = _features(z, marks, bw_rows, kernel, width)
         fit_f, fit_r = phi[~te & y], phi[~te & ~y]
         mu_f, mu_r = fit_f.mean(0), fit_r.mean(0)
         c = torch.cat([fit_f - mu_f, fit_r - mu_r])
