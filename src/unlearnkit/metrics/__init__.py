@@ -8,6 +8,7 @@ difference from it.
 
 from .accuracy import accuracy
 from .cka import cka_subsample_indices, linear_cka
+from .equivalence import judge
 from .feature_distance import fid_feat, mean_cosine_similarity, mean_l2
 from .forgetting_quality_metric import (
     ForgetScore,
@@ -17,6 +18,7 @@ from .forgetting_quality_metric import (
     logit_scaled_confidence,
     per_example_epsilons,
 )
+from .kernel_probe import kernel_probe
 from .knn import knn_accuracy
 from .lda import fewshot_recovery, head_relearn, heldout_auroc, mahalanobis_separability, unbiased_separability
 from .mia import entropy_mia, mia_auroc, mia_auroc_components, mia_features, svc_mia_efficacy
@@ -45,6 +47,12 @@ METRIC_INFO: dict[str, str] = {
     "output_test": "Output membership test: per-example logit-scaled confidence against a Gaussian fitted to the "
                    "retrained references, global variance (LiRA / U-LiRA, challenge transform; the aggregation and "
                    "leave-one-reference-out bound INFERRED, metrics/output_test.py; read by the verdict)",
+    "kernel_probe": "Held-out kernel Fisher discriminant (RBF at the median-heuristic bandwidth, or degree-2 "
+                    "polynomial) of forget vs retained features, log d'² (Mika et al. 1999; landmark basis INFERRED, "
+                    "metrics/kernel_probe.py; the audit's non-linear probe)",
+    "judge": "The audit's rule for one statistic: kept fraction (u - r̄)/(o - r̄) with Fieller's interval, two "
+             "one-sided tests against a stated margin, a Gaussian prediction bound for flags (Schuirmann 1987, "
+             "Fieller 1954; INFERRED, metrics/equivalence.py)",
     "heldout_auroc": "AUROC of the LDA discriminant on held-out resplits (INFERRED, metrics/lda.py)",
     "fewshot_recovery": "a linear head re-fitted from a few forget shots, body frozen (INFERRED, metrics/lda.py)",
     "head_relearn": "SGD on a model's own head in whitened coordinates, body frozen (INFERRED, metrics/lda.py)",
@@ -76,6 +84,8 @@ __all__ = [
     "fewshot_recovery",
     "head_relearn",
     "heldout_auroc",
+    "judge",
+    "kernel_probe",
     "mahalanobis_separability",
     "unbiased_separability",
     "mmd_two_sample",
