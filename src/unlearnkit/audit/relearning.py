@@ -27,9 +27,19 @@ steps 69 / 73 / 43, lr 0.03 after 5 steps 4.5 (retrains disagree); mnist5k lr 0.
 11 / 115 / 117, lr 0.005 after 10 / 20 / 40 steps 60 / 53 / 46; lr 0.02 and 0.03 oscillate or diverge on
 mnist5k's canonical copies. Hence lr 0.01 (5, 10, 20 steps) and 0.005 (10, 20 steps).
 
-[INFERRED] No reference code: k-shot relearning as an unlearning test follows Lynch et al. (2024) and
-Hu et al. (2024, "Jogging the memory of unlearned models"); the canonical copies, the seeded draws, the
-sweep and the held-out reading are this project's.
+Sample requests (random rows, given indices, flipped labels; issue 43): there is no class to relearn, so the
+forget rows' **own labels** are (for flipped labels: the wrong labels the original memorised): each of
+``SAMPLE_DRAWS`` draws takes a random half of the forget rows (at most ``SAMPLE_MAX_SHOTS``) as the shots, with
+``relearn_retain_k`` retained rows of each class, and reads the other half. A model that hides memorised rows
+behind its head relearns the held-out half with the shots (the features of the held-out rows still carry
+what they were memorised as); a retrain has to learn them, and from other rows it cannot. Measured on digits,
+5 % flipped labels (original seed 0, retrains 1-8, one audit seed): after 5 steps at lr 0.01 the original
+reads 0.92 mean probability of the held-out rows' flipped labels, the retrains 0.05-0.08.
+
+[INFERRED] No reference code: k-shot relearning as an unlearning test follows Lynch et al. (2024), Hu et al.
+(2024, "Jogging the memory of unlearned models") and, relearning part of the forget set and reading the rest,
+Deeb & Roger (2024, "Do unlearning methods remove information from language model weights?"); the canonical
+copies, the seeded draws, the sweep and the held-out reading are this project's.
 """
 from __future__ import annotations
 
@@ -47,6 +57,10 @@ from .canonical import canonicalize
 from .config import AuditConfig
 
 EVAL_SETS = ("train", "test")
+#: sample requests: this many draws, each a random half of the forget rows as shots, read on the other half
+SAMPLE_DRAWS = 3
+#: sample requests: at most this many forget rows are the shots of a draw
+SAMPLE_MAX_SHOTS = 64
 #: what a recovery measure's values are (certified on it against ``recovery_margin``; flagged on the log-odds)
 RECOVERY_UNIT = "mean probability of the true class (flags: its mean log-odds)"
 
@@ -69,6 +83,7 @@ class RelearnPlan:
     test_rows: np.ndarray              # rows of split.test_forget read after relearning (may be empty)
     sweep: tuple[tuple[float, tuple[int, ...]], ...]
     seed: int
+    sample: bool = False               # a sample request: shots are a random half of the forget rows
 
     def cells(self) -> list[tuple[float, int]]:
         """Every (learning rate, budget) of the sweep, in order."""
@@ -79,7 +94,7 @@ class RelearnPlan:
         return EVAL_SETS if self.test_rows.size else EVAL_SETS[:1]
 
     def describe(self) -> dict:
-        return {"seed": self.seed, "draws": len(self.draws),
+        return {"seed": self.seed, "draws": len(self.draws), "sample_request": self.sample,
                 "shots": {"forget": int(self.draws[0].forget.size), "retain": int(self.draws[0].retain.size)},
                 "held_out": {"train": int(self.draws[0].held_out.size), "test": int(self.test_rows.size)},
                 "sweep": [{"lr": lr, "steps": list(b)} for lr, b in self.sweep]}
@@ -99,14 +114,36 @@ def _per_class(y: np.ndarray, k: int, rng: np.random.RandomState) -> np.ndarray:
     return np.sort(np.concatenate(rows)) if rows else np.zeros(0, dtype=np.int64)
 
 
+def _sample_draws(n_forget: int, yr: np.ndarray, config: AuditConfig,
+                  rng: np.random.RandomState) -> tuple[tuple[Draw, ...], str]:
+    """Sample requests (Deeb & Roger 2024's protocol): ``SAMPLE_DRAWS`` draws, each a random half of the forget
+    rows (at most ``SAMPLE_MAX_SHOTS``) as shots with their own labels, read on up to ``relearn_eval_rows`` of
+    the other forget rows (never shots of that draw)."""
+    if n_forget < 4:
+        return (), f"{n_forget} forget rows: too few to split into shots and held-out rows"
+    half = min(n_forget // 2, SAMPLE_MAX_SHOTS)
+    draws = []
+    for _ in range(SAMPLE_DRAWS):
+        perm = rng.permutation(n_forget)
+        rest = perm[half:]
+        held = np.sort(rng.choice(rest, min(rest.size, config.relearn_eval_rows), replace=False))
+        draws.append(Draw(np.sort(perm[:half]), _per_class(yr, config.relearn_retain_k, rng), held))
+    return tuple(draws), ""
+
+
 def relearn_plan(split, config: AuditConfig, seed: int) -> tuple[RelearnPlan | None, str]:
-    """(the plan, "") drawn with ``seed`` (the audit seed), or (None, why) when relearning does not apply
-    (sample-level forgetting: no forgotten class; a forgotten class without rows left after the shots)."""
+    """(the plan, "") drawn with ``seed`` (the audit seed), or (None, why) when relearning does not apply (a
+    forgotten class without rows left after the shots; a sample request of fewer than four rows). Class
+    forgetting: ``relearn_draws`` draws of ``relearn_k`` shots per forgotten class; sample requests (random,
+    indices, flipped labels): :func:`_sample_draws`, the forget rows' own labels relearnt."""
     from .data import is_sample_level
 
-    if is_sample_level(split):
-        return None, "sample-level forgetting: no forgotten class to relearn"
     rng = np.random.RandomState(seed)
+    sweep = tuple((float(lr), tuple(sorted(int(b) for b in config.relearn_budgets))) for lr in config.relearn_lrs)
+    if is_sample_level(split):
+        draws, why = _sample_draws(len(split.train_forget), split.train_retain.y.numpy(), config, rng)
+        return (RelearnPlan(draws, np.zeros(0, dtype=np.int64), sweep, seed, sample=True), "") if draws else \
+            (None, why)
     yf, yr = split.train_forget.y.numpy(), split.train_retain.y.numpy()
     draws = []
     for _ in range(config.relearn_draws):
@@ -119,7 +156,6 @@ def relearn_plan(split, config: AuditConfig, seed: int) -> tuple[RelearnPlan | N
     nt = len(split.test_forget)
     test_rows = np.sort(rng.choice(nt, min(nt, config.relearn_eval_rows), replace=False)) if nt else \
         np.zeros(0, dtype=np.int64)
-    sweep = tuple((float(lr), tuple(sorted(int(b) for b in config.relearn_budgets))) for lr in config.relearn_lrs)
     return RelearnPlan(tuple(draws), test_rows, sweep, seed), ""
 
 

@@ -39,7 +39,9 @@ EXPLAIN = [
                              "read-out of the forget rows, measured on rows it was not fitted on"),
     ("relearning (check)", "mean log-odds of the true class on held-out forget rows after a few SGD steps of a "
                            "canonical copy (unit-norm incoming weights, units sorted) from a few shots of each class, "
-                           "over a sweep of budgets and two learning rates; shots drawn from the audit seed"),
+                           "over a sweep of budgets and two learning rates; shots drawn from the audit seed. Sample "
+                           "requests: the shots are a random half of the forget rows with their own (for flipped "
+                           "labels: wrong) labels, read on the other half"),
     ("head re-fit / head relearning (check)", "a head re-fitted (LDA, one shot) or the model's own head relearnt "
                                               "(SGD in whitened coordinates) on frozen penultimate features; mean "
                                               "log-odds of the class on held-out forget rows"),
@@ -48,6 +50,9 @@ EXPLAIN = [
     ("output confidence / agreement (check)", "the mean logit-scaled confidence log(p_y / (1 − p_y)) on the forget "
                                               "rows; and −atanh of its correlation, example by example, with the "
                                               "other references' mean (outputs ordered as a retrain's?)"),
+    ("output membership (check)", "sample requests: LiRA's offline per-example test, z = (φ − the references' mean "
+                                  "for that example) / their spread, as a root mean square over the forget rows "
+                                  "(each reference against the others): departures example by example, either way"),
     ("sep. ratio [CI]", "reported: U of the unlearned model over the references' mean, with an interval for the "
                         "audit data's sampling noise (not the seed-to-seed spread, which the checks use)"),
     ("ΔAUROC [CI]", "reported: held-out AUROC (points) of a linear (LDA) discriminant telling forget from retained "
