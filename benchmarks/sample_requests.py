@@ -17,8 +17,8 @@ attacker's own retrain seed 1000 + s. Models audited:
   retrain's, example by example);
 * ``hardened``: the distiller also trained against the audit's sample relearning: every other step a first-order
   (FOMAML) step on the gap between its own and the attacker's retrain's relearning of the held-out half (a
-  random half of the forget rows as shots; random learning rate and budget of the audit's sweep: the attacker
-  knows the procedure, not the audit seed). Statistic matching and a kept probe (the class suite's ``hardened``)
+  random half of the forget rows as shots, at most the audit's 64; random learning rate and budget of the
+  audit's sweep: the attacker knows the procedure, not the audit seed). Statistic matching and a kept probe (the class suite's ``hardened``)
   are left out: with 64 forget rows they collapsed the model (retained cross-entropy 15 after 12 epochs, digits
   seed 0), and on flipped labels the representation is not what decides (its statistics cannot be tested).
 
@@ -69,21 +69,25 @@ def suite():
     return sys.modules["attack_suite"]
 
 
-def _half_draw(n_forget: int, yr: np.ndarray, rng: np.random.Generator, retain_k: int):
+def _half_draw(n_forget: int, yr: np.ndarray, rng: np.random.Generator, retain_k: int, cap: int | None = None):
+    """(shots, held-out, retained shots): a random half of the forget rows (at most ``cap``), the rest, and
+    ``retain_k`` retained rows of each class."""
     perm = rng.permutation(n_forget)
-    half = n_forget // 2
+    half = n_forget // 2 if cap is None else min(n_forget // 2, cap)
     r = np.concatenate([rng.choice(np.flatnonzero(yr == c), retain_k, replace=False) for c in np.unique(yr)])
     return perm[:half], perm[half:], r
 
 
 def sample_attack_class():
     """``attack_suite.Attack`` whose relearning simulation draws a sample request's shots (a random half)."""
+    from unlearnkit.audit.relearning import SAMPLE_MAX_SHOTS
+
     base = suite().Attack
 
     class SampleAttack(base):
         def _shots(self):
             rng = np.random.default_rng(int(torch.randint(0, 2 ** 31, (1,), generator=self.g)))
-            f, held, r = _half_draw(len(self.yf), self.yr.numpy(), rng, 2)
+            f, held, r = _half_draw(len(self.yf), self.yr.numpy(), rng, 2, cap=SAMPLE_MAX_SHOTS)
             return (torch.cat([self.xf[f], self.xr[r]]), torch.cat([self.yf[f], self.yr[r]])), \
                 (self.xf[held], self.yf[held])
 
