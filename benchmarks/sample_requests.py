@@ -18,9 +18,10 @@ attacker's own retrain seed 1000 + s. Models audited:
 * ``hardened``: the distiller also trained against the audit's sample relearning: every other step a first-order
   (FOMAML) step on the gap between its own and the attacker's retrain's relearning of the held-out half (a
   random half of the forget rows as shots, at most the audit's 64; random learning rate and budget of the
-  audit's sweep: the attacker knows the procedure, not the audit seed). Statistic matching and a kept probe (the class suite's ``hardened``)
-  are left out: with 64 forget rows they collapsed the model (retained cross-entropy 15 after 12 epochs, digits
-  seed 0), and on flipped labels the representation is not what decides (its statistics cannot be tested).
+  audit's sweep: the attacker knows the procedure, not the audit seed). Statistic matching and a kept probe (the
+  class suite's ``hardened``) are left out: with 64 forget rows they collapsed the model (retained
+  cross-entropy 15 after 12 epochs, digits seed 0), and on flipped labels the representation is not what
+  decides (its statistics cannot be tested).
 
 Ground truth (draws the audit never uses; the model as given): plain SGD (lr 0.01, momentum 0.9, eval mode)
 from a random half of the forget rows with their training labels plus 5 retained rows of each class, accuracy
