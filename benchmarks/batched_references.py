@@ -13,6 +13,9 @@ between the two trainings of seed 1 (float rounding, amplified by training; see 
 both groups' mean test accuracy. ``--engine`` picks the batched engine (``wide``: grouped layers;
 ``vmap``: stacked weights; default: the one ``fit_batched`` picks). Targets on an idle machine: >= 3x on
 digits, >= 1.5x on mnist5k (small_cnn, K = 8). Timings on a loaded machine mean nothing: run it alone.
+Each row also carries the **ceiling**: one model's training step at the recipe's batch size B against the same
+model's step at K x B rows, K t(B) / t(K B): what batching K models into one call could reach at best on this
+device (it removes per-call overhead; the arithmetic per row stays). ``--ceiling-only`` measures only that.
 """
 from __future__ import annotations
 
@@ -65,6 +68,39 @@ def timed(train, device: torch.device) -> float:
     return time.perf_counter() - t0
 
 
+def step_time(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, device: torch.device, steps: int) -> float:
+    """Seconds per training step (forward, backward, SGD with momentum) of ``model`` on the batch (x, y)."""
+    import torch.nn.functional as F
+
+    model.to(device).train()
+    x, y = x.to(device), y.to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    for _ in range(3):
+        step()
+    return timed(lambda: [step() for _ in range(steps)], device) / steps
+
+
+def ceiling(args, bundle, data, recipe, device: torch.device) -> dict:
+    """What any batching across K models could at best reach here: one model's step at the recipe's batch size B
+    against its step at K x B rows (the same kernels, K times the work per call): K t(B) / t(K B). Batching K
+    models removes per-call overhead at best; it does not make the arithmetic of each row cheaper."""
+    b, k = recipe.batch_size, args.k
+    rows = torch.arange(min(len(data), k * b))
+    x, y = data.normalize(data.x[rows]), data.y[rows]
+    steps = max(3, 200 // k)
+    t_one = step_time(build(args.model, bundle, 0), x[:b], y[:b], device, steps * k)
+    t_k = step_time(build(args.model, bundle, 0), x, y, device, steps)
+    per_row_one, per_row_k = t_one / b, t_k / len(x)  # len(x) = K B unless the data hold fewer rows
+    return {"step_ms_batch": 1e3 * t_one, "step_ms_k_batch": 1e3 * t_k, "rows_k_batch": len(x),
+            "ceiling": per_row_one / per_row_k}
+
+
 def one_dataset(name: str, args, device: torch.device) -> dict:
     bundle = load_dataset(name)
     split = make_split(bundle, ForgetSpec(classes=(3,)))
@@ -74,6 +110,9 @@ def one_dataset(name: str, args, device: torch.device) -> dict:
     why = batch_support(build(args.model, bundle, 0), data.normalize(data.x[:2]))
     if why is not None:
         raise SystemExit(f"{args.model} cannot be batched: {why}")
+    bound = ceiling(args, bundle, data, recipe, device)
+    if args.ceiling_only:
+        return {"dataset": name, "model": args.model, "k": args.k, "batch_size": recipe.batch_size, **bound}
     engine = {"wide": Wide, "vmap": Stack}.get(args.engine) or \
         engine_for([build(args.model, bundle, s) for s in (0, 1)], data.normalize(data.x[:2]))[0]
     warm = data.subset(torch.arange(min(len(data), 2 * recipe.batch_size)))
@@ -93,7 +132,7 @@ def one_dataset(name: str, args, device: torch.device) -> dict:
             "batch_size": recipe.batch_size, "sequential_s": t_seq, "batched_s": t_bat, "ratio": t_seq / t_bat,
             "target": TARGETS.get(name), "seed1_max_weight_diff": diff,
             "test_acc_sequential": statistics.mean(test_accuracy(m, split.test, device) for m in sequential),
-            "test_acc_batched": statistics.mean(test_accuracy(m, split.test, device) for m in batched)}
+            "test_acc_batched": statistics.mean(test_accuracy(m, split.test, device) for m in batched), **bound}
 
 
 def main() -> None:
@@ -106,6 +145,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--engine", choices=("auto", "wide", "vmap"), default="auto",
                     help="the batched engine (auto: the one fit_batched picks)")
+    ap.add_argument("--ceiling-only", action="store_true", help="only the ceiling: one model's step at the batch "
+                                                                   "size against K times it (seconds)")
     ap.add_argument("--out", default=None, help="also write the rows as JSON here")
     args = ap.parse_args()
     if args.k < 2 or args.epochs < 1:
@@ -115,9 +156,14 @@ def main() -> None:
     device = resolve_device(args.device)
     rows = [one_dataset(name.strip(), args, device) for name in args.datasets.split(",") if name.strip()]
     print(f"K references trained together vs one after another ({device}, {torch.get_num_threads()} threads)")
-    print(f"{'dataset':10} {'engine':6} {'K':>3} {'epochs':>6} {'sequential s':>13} {'batched s':>10} {'ratio':>6} "
-          f"{'target':>7} {'test acc seq/bat':>17} {'seed-1 diff':>11}")
     for r in rows:
+        print(f"{r['dataset']:10} K={r['k']}: one model's step {r['step_ms_batch']:.1f} ms at batch {r['batch_size']}, "
+              f"{r['step_ms_k_batch']:.1f} ms at {r['rows_k_batch']} rows: batching can reach at most "
+              f"{r['ceiling']:.2f}x here")
+    if not args.ceiling_only:
+        print(f"{'dataset':10} {'engine':6} {'K':>3} {'epochs':>6} {'sequential s':>13} {'batched s':>10} "
+              f"{'ratio':>6} {'target':>7} {'test acc seq/bat':>17} {'seed-1 diff':>11}")
+    for r in [] if args.ceiling_only else rows:
         target = f">={r['target']:g}x" if r["target"] else ""
         print(f"{r['dataset']:10} {r['engine']:6} {r['k']:>3} {r['epochs']:>6} {r['sequential_s']:>13.2f} "
               f"{r['batched_s']:>10.2f} {r['ratio']:>5.2f}x {target:>7} "
