@@ -293,6 +293,10 @@ def erased(m: Measurements) -> Decision:
              f"original's excess over the references (95 % intervals inside the margin): {_families(testable)}"]
     if layers:
         lines.append(f"layers certified: {', '.join(layers)}")
+    if m.sample_level and not best["representation"]:
+        names = dict.fromkeys("relearning of the forget rows' own labels" if c.measure.family == "relearning" else
+                              c.measure.name for c in testable)
+        lines.append(f"sample request: certified on {', '.join(names)}; no layer's representation could be tested")
     for cs in best.values():
         if cs:
             lines.append(f"e.g. {describe(max(cs, key=lambda c: abs(c.result.kept)))}")

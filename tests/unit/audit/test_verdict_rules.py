@@ -189,3 +189,18 @@ def test_the_utility_axis_qualifies_the_verdict_line():
     d = decide(_m(_all_within(0.0), utility={"flagged": True, "loss": 17.7, "by": "retain_acc", "budget": 2.0,
                                              "spread_bound": 1.0}))
     assert d.verdict == "erased" and any("utility: 17.7 points" in e for e in d.evidence)
+
+
+def test_a_sample_request_certified_without_the_representation_says_what_it_rests_on():
+    config = AuditConfig()
+    ms = [m for m in _all_within() if m.family != "representation"]
+    ms.append(_measure("output", "output membership", 0.0, sides="upper"))
+    rec = measurements(outputs_unlearned=OUT, outputs_retrained=OUT, checks=judge_all(ms, config),
+                       n_forget={"train": 60}, sample_level=True, n_train_forget=60, n_refs=5, config=config)
+    d = decide(rec)
+    assert d.verdict == "erased"
+    line = next(e for e in d.evidence if e.startswith("sample request:"))
+    assert "relearning of the forget rows' own labels" in line and "output membership" in line
+    assert "no layer's representation could be tested" in line
+    # a class request, or a sample request whose representation was tested, carries no such line
+    assert not any(e.startswith("sample request:") for e in decide(_m(_all_within())).evidence)
