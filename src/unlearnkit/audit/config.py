@@ -112,14 +112,15 @@ class AuditConfig:
     statistic is measured the same way on the unlearned model, the original and each of K references, from
     draws and splits chosen by the audit seed ``audit_seed`` (None: drawn fresh per audit from the operating
     system, and recorded in audit.json; give it to repeat an audit): the output's confidence and per-example
-    agreement on the forget rows (for sample requests also LiRA's per-example membership); at every layer of
-    both audit data the separability log U and two held-out kernel probes (``kernel_probe_splits`` splits,
-    ``kernel_probe_landmarks`` landmarks); relearning of a canonical copy over the sweep ``relearn_lrs`` x ``relearn_budgets`` from ``relearn_draws`` draws of
-    ``relearn_k`` shots of each forgotten class (sample requests: 3 draws of a random half of the forget rows,
-    with their own labels) and ``relearn_retain_k`` of each retained class, read on up to
-    ``relearn_eval_rows`` held-out forget rows per set (:mod:`unlearnkit.audit.relearning`); the head re-fit
-    (``head_refit_shots`` per class, ``head_refit_draws`` draws) and head relearning (``head_relearn_steps``,
-    lr ``head_relearn_lr``); BatchNorm recalibration on ``bn_samples`` retained rows
+    agreement on the forget rows (for sample requests also LiRA's per-example membership); at every layer of both
+    audit data the separability log U and two held-out kernel probes (``kernel_probe_splits`` splits,
+    ``kernel_probe_landmarks`` landmarks); relearning of a canonical copy over the sweep ``relearn_lrs`` x
+    ``relearn_budgets`` from ``relearn_draws`` draws of ``relearn_k`` shots of each forgotten class (sample
+    requests: 3 draws of a random half of the forget rows, with their own labels) and ``relearn_retain_k`` of each
+    retained class, read on up to ``relearn_eval_rows`` held-out forget rows per set
+    (:mod:`unlearnkit.audit.relearning`); the head re-fit (``head_refit_shots`` per class, ``head_refit_draws``
+    draws) and head relearning (``head_relearn_steps``, lr ``head_relearn_lr``); BatchNorm recalibration on
+    ``bn_samples`` retained rows
     (:mod:`unlearnkit.audit.resurface`). A statistic **flags** the model (``suppressed`` above the references
     inside the model, ``not_forgotten`` above at the output, ``overforgotten`` below) beyond the references'
     Gaussian prediction bound, Holm-corrected within its family at the family's share of 1 − ``confidence``
