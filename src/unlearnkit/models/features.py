@@ -7,6 +7,7 @@ representation audit all come from the same forward pass.
 """
 from __future__ import annotations
 
+import copy
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
@@ -86,28 +87,58 @@ def capture(model: nn.Module, layers: Sequence[str], pooled: bool = True, detach
             h.remove()
 
 
+def fast_copy(model: nn.Module, device: torch.device | str) -> nn.Module:
+    """The model to run inference with: on the CPU, a copy of a convolutional model with its 4-D weights in
+    channels-last memory order (the same function up to float rounding: oneDNN's convolutions and max pooling
+    run faster on it; small_cnn, 512 mnist rows, one thread: 658 ms in the default order, 384 ms in this one, of
+    which max pooling 574 ms against 76 ms); else ``model`` itself (already channels-last, no 4-D weight, another
+    device, or a model that cannot be deep-copied)."""
+    if torch.device(device).type != "cpu":
+        return model
+    convs = [p for p in model.parameters() if p.dim() == 4]
+    if not convs or all(p.is_contiguous(memory_format=torch.channels_last) for p in convs):
+        return model
+    try:
+        return copy.deepcopy(model).to(memory_format=torch.channels_last)
+    except Exception:  # noqa: BLE001 - a model deepcopy refuses runs as it is, only slower
+        return model
+
+
 @torch.no_grad()
 def extract(model: nn.Module, data, layers: Sequence[str], batch_size: int = 512,
             device: torch.device | str | None = None) -> dict[str, Tensor]:
     """Pooled features ``{layer: Tensor[N, D]}`` of all ``layers`` (and ``"logits"``) in one pass.
 
     ``data`` is an :class:`~unlearnkit.data.arrays.ArrayData` (test transform, no augmentation).
-    The model is put in ``eval()`` and restored to its previous mode afterwards. Results on CPU.
+    The model is put in ``eval()`` and restored to its previous mode afterwards. Results on CPU. On the CPU a
+    convolutional model runs as its channels-last copy (:func:`fast_copy`); ``model`` is not changed.
     """
     device = device or next(model.parameters()).device
-    want_logits = LOGITS in layers
-    named = [name for name in layers if name != LOGITS]
     was_training = model.training
     model.eval()
-    out: dict[str, list[Tensor]] = {name: [] for name in layers}
     try:
-        with capture(model, named) as feats:
-            for xb, _ in data.batches(batch_size, device=device):
-                logits = model(xb)
-                for name in named:
-                    out[name].append(feats[name].float().cpu())
-                if want_logits:
-                    out[LOGITS].append(logits.float().cpu())
+        runner = fast_copy(model, device)
+        if runner is not model:
+            try:
+                return _one_pass(runner, data, layers, batch_size, device, channels_last=True)
+            except RuntimeError:  # e.g. a .view() of a channels-last map in the model's forward: as given
+                pass
+        return _one_pass(model, data, layers, batch_size, device, channels_last=False)
     finally:
         model.train(was_training)
+
+
+def _one_pass(model: nn.Module, data, layers: Sequence[str], batch_size: int, device,
+              channels_last: bool) -> dict[str, Tensor]:
+    want_logits = LOGITS in layers
+    named = [name for name in layers if name != LOGITS]
+    out: dict[str, list[Tensor]] = {name: [] for name in layers}
+    with capture(model, named) as feats:
+        for xb, _ in data.batches(batch_size, device=device):
+            logits = model(xb.contiguous(memory_format=torch.channels_last) if channels_last and xb.dim() == 4
+                           else xb)
+            for name in named:
+                out[name].append(feats[name].float().cpu())
+            if want_logits:
+                out[LOGITS].append(logits.float().cpu())
     return {name: torch.cat(v) if v else torch.empty(0) for name, v in out.items()}
