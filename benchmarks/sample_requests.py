@@ -31,7 +31,8 @@ its relearning exceeds every genuine retrain's of the task by more than ``--gt-m
 or its probe's held-out log loss is below ``--gt-probe`` times the smallest of the genuine retrains'.
 
 Prints one row per audit, then per family the false-``erased`` rate among the models that keep the rows (exact
-Clopper-Pearson 95 % bounds) and the genuine retrains' ``erased`` rate; writes ``--out`` atomically after every
+Clopper-Pearson 95 % bounds) and the genuine retrains' ``erased`` rate, and (``--rescaled``) the bit-identical
+copies whose verdict or deciding numbers moved; writes ``--out`` atomically after every
 seed (an interrupted run keeps what it finished). Every audit draws a fresh audit seed (recorded).
 """
 from __future__ import annotations
@@ -181,19 +182,26 @@ def run_seed(task: str, seed: int, a, rows: list[dict], genuine_gt: dict, log=pr
                                                                                          101 + 2 * seed)]
     for family in a.families:
         m, secs = cached(task, family, original, attacker, split, seed, Path(a.cache), log=log)
-        cases.append((family, "", m, {**ground_truth(m, split, seed), "build_s": secs}))
+        gt = {**ground_truth(m, split, seed), "build_s": secs}
+        cases.append((family, "", m, gt))
+        if a.rescaled:
+            for tag, c in s.sibling("attack_reparam").copies(m, seed).items():
+                if tag in ("scale100@penultimate", "permute", "compose"):
+                    cases.append((family, tag, c, gt))
     layers = audit_layers(original)
     outs = {id(m): model_outputs(m, split, layers) for m in [original, *refs_all]}
     for k in a.references:
         cache, cfg = AuditCache(), AuditConfig(audit_seed=secrets.randbits(31))
         for family, tag, model, gt in cases:
+            if tag and family != "genuine" and k != min(a.references):
+                continue  # the bit-identical copies are audited at the smallest K
             res = s.audit_one(original, model, refs_all[:k], split, outs, cache, cfg)
             kept, why = (False, "genuine retrain") if gt is None else s.keeps(gt, gen, a.gt_margin, a.gt_probe)
             row = {"dataset": task, "seed": seed, "k": k, "family": family, "copy": tag, **res,
                    "ground_truth": gt if gt is not None else genuine_gt[(task, int(tag[7:]))], "keeps_class": kept,
                    "keeps_why": why, "false_erased": bool(kept and res["verdict"] == "erased")}
             rows.append(row)
-            log(f"{task:16s} s{seed} K={k:<2d} {family:10s} {tag:10s} -> {res['verdict']:14s} keeps={kept!s:5s} "
+            log(f"{task:16s} s{seed} K={k:<2d} {family:10s} {tag:20s} -> {res['verdict']:14s} keeps={kept!s:5s} "
                 f"{'** FALSE ERASED' if row['false_erased'] else ''} ({res['seconds']:.0f}s) {why[:90]}")
 
 
@@ -207,6 +215,8 @@ def main(argv=None) -> int:
                                                                   "genuine retrain's")
     p.add_argument("--gt-probe", type=float, default=0.75, help="ground truth: probe loss below this x the genuine "
                                                                  "retrains' smallest")
+    p.add_argument("--rescaled", action="store_true", help="also audit each model's bit-identical copies (units "
+                                                               "rescaled by 2^±100, permuted, both; at the smallest K)")
     p.add_argument("--cache", default=str(Path.home() / ".cache" / "unlearnkit" / "attacks"))
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--quick", action="store_true", help="digits-flipped, seed 0, K = 8")
@@ -230,6 +240,8 @@ def main(argv=None) -> int:
 
     def save() -> None:
         lines = [line.replace("keep the class", "keep the rows") for line in suite().summary(rows)]
+        moved = suite().invariance(rows)
+        lines.append(f"bit-identical copies that moved: {len(moved)}" + "".join(f"\n  {b}" for b in moved))
         payload = {"args": {k: v for k, v in vars(a).items() if k != "out"}, "rows": rows, "summary": lines,
                    "elapsed_s": time.perf_counter() - t0,
                    "versions": {"torch": torch.__version__, "numpy": np.__version__}}
