@@ -407,6 +407,32 @@ def cached_attack(family: str, original, retrain, split, seed: int, cache: Path,
 
 # ------------------------------------------------------------------------------------------ ground truth
 
+def gt_accuracy_curve(model, x: torch.Tensor, y: torch.Tensor, x_eval: torch.Tensor, y_eval: torch.Tensor) -> dict:
+    """Accuracy (%) on (x_eval, y_eval) after each of :data:`GT_STEPS` plain full-batch SGD steps (lr 0.01,
+    momentum 0.9, eval mode, all weights as given) of a copy of ``model`` on (x, y); nan once the logits are not
+    finite."""
+    m = copy.deepcopy(model).eval()
+    opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+    out, done = {}, 0
+    for s in GT_STEPS:
+        while done < s:
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(m(x), y).backward()
+            opt.step()
+            done += 1
+        with torch.no_grad():
+            logits = m(x_eval)
+        ok = bool(torch.isfinite(logits).all())
+        out[s] = 100.0 * float((logits.argmax(1) == y_eval).double().mean()) if ok else math.nan
+    return out
+
+
+def mean_curves(curves: list[dict]) -> dict:
+    """Per budget the mean over draws of :func:`gt_accuracy_curve`; None where every draw diverged."""
+    return {str(s): (float(np.nanmean(v)) if np.isfinite(v).any() else None)
+            for s, v in ((s, np.array([c[s] for c in curves])) for s in GT_STEPS)}
+
+
 def gt_relearn(model, split) -> dict:
     """Accuracy (%) on the test images of the forgotten class after each of :data:`GT_STEPS` plain SGD steps
     (lr 0.01, momentum 0.9, eval mode, all weights as given) from 5 shots of every class, mean over the
@@ -414,27 +440,14 @@ def gt_relearn(model, split) -> dict:
     xt, yt = _rows(split.test_forget)
     xf, yf = _rows(split.train_forget)
     xr, yr = _rows(split.train_retain)
-    out = {s: [] for s in GT_STEPS}
+    curves = []
     for seed in GT_SEEDS:
         rng = np.random.default_rng(seed)
         f = rng.choice(len(yf), 5, replace=False)
         r = np.concatenate([rng.choice(np.flatnonzero(yr.numpy() == c), 5, replace=False)
                             for c in np.unique(yr.numpy())])
-        x, y = torch.cat([xf[f], xr[r]]), torch.cat([yf[f], yr[r]])
-        m = copy.deepcopy(model).eval()
-        opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
-        done = 0
-        for s in GT_STEPS:
-            while done < s:
-                opt.zero_grad(set_to_none=True)
-                F.cross_entropy(m(x), y).backward()
-                opt.step()
-                done += 1
-            with torch.no_grad():
-                logits = m(xt)
-            ok = bool(torch.isfinite(logits).all())
-            out[s].append(100.0 * float((logits.argmax(1) == yt).double().mean()) if ok else math.nan)
-    return {str(s): (float(np.nanmean(v)) if np.isfinite(v).any() else None) for s, v in out.items()}
+        curves.append(gt_accuracy_curve(model, torch.cat([xf[f], xr[r]]), torch.cat([yf[f], yr[r]]), xt, yt))
+    return mean_curves(curves)
 
 
 def gt_probe(model, split, seed: int) -> float | None:

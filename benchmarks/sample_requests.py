@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import math
 import secrets
 import sys
 import time
@@ -48,14 +47,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "sample_requests.json"
 FAMILIES = ("original", "finetune", "distiller", "hardened")
 TASKS = {"digits-flipped": ("digits", {"flipped": 0.05}), "mnist5k-flipped": ("mnist5k", {"flipped": 0.05}),
          "mnist5k-random": ("mnist5k", {"random": 0.1})}
-GT_STEPS = (10, 20, 50)
 GT_SEEDS = (917_100, 917_101, 917_102)  # the ground truth's draws: never an audit's
 
 
@@ -133,28 +130,18 @@ def cached(task: str, family: str, original, attacker, split, seed: int, cache: 
 
 
 def gt_relearn(model, split) -> dict:
-    """Accuracy (%) on the held-out half's training labels after each of :data:`GT_STEPS` plain SGD steps from
-    the other half and 5 retained rows per class (module docstring), mean over :data:`GT_SEEDS`."""
-    xf, yf = suite()._rows(split.train_forget)
-    xr, yr = suite()._rows(split.train_retain)
-    out = {s: [] for s in GT_STEPS}
+    """Accuracy (%) on the held-out half's training labels after each of ``attack_suite.GT_STEPS`` plain SGD steps
+    from the other half and 5 retained rows per class (``attack_suite.gt_accuracy_curve``), mean over
+    :data:`GT_SEEDS`."""
+    s = suite()
+    xf, yf = s._rows(split.train_forget)
+    xr, yr = s._rows(split.train_retain)
+    curves = []
     for seed in GT_SEEDS:
         f, held, r = _half_draw(len(yf), yr.numpy(), np.random.default_rng(seed), 5)
-        x, y = torch.cat([xf[f], xr[r]]), torch.cat([yf[f], yr[r]])
-        m = copy.deepcopy(model).eval()
-        opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
-        done = 0
-        for s in GT_STEPS:
-            while done < s:
-                opt.zero_grad(set_to_none=True)
-                F.cross_entropy(m(x), y).backward()
-                opt.step()
-                done += 1
-            with torch.no_grad():
-                logits = m(xf[held])
-            ok = bool(torch.isfinite(logits).all())
-            out[s].append(100.0 * float((logits.argmax(1) == yf[held]).double().mean()) if ok else math.nan)
-    return {str(s): (float(np.nanmean(v)) if np.isfinite(v).any() else None) for s, v in out.items()}
+        curves.append(s.gt_accuracy_curve(model, torch.cat([xf[f], xr[r]]), torch.cat([yf[f], yr[r]]), xf[held],
+                                          yf[held]))
+    return s.mean_curves(curves)
 
 
 def ground_truth(model, split, seed: int) -> dict:
