@@ -89,10 +89,10 @@ def capture(model: nn.Module, layers: Sequence[str], pooled: bool = True, detach
 
 def fast_copy(model: nn.Module, device: torch.device | str) -> nn.Module:
     """The model to run inference with: on the CPU, a copy of a convolutional model with its 4-D weights in
-    channels-last memory order (the same function up to float rounding: oneDNN's convolutions and max pooling
-    run faster on it; small_cnn, one pass of 512 mnist rows, one thread, idle machine: 392 ms in the default order,
-    234 ms in this one, of which max pooling 100 ms against 14 ms); else ``model`` itself (already channels-last, no 4-D weight, another
-    device, or a model that cannot be deep-copied)."""
+    channels-last memory order (the same function up to float rounding: oneDNN's convolutions and max pooling run
+    faster on it; small_cnn, one pass of 512 mnist rows, one thread, idle machine: 392 ms in the default order,
+    234 ms in this one, of which max pooling 100 ms against 14 ms); else ``model`` itself (already channels-last,
+    no 4-D weight, another device, or a model that cannot be deep-copied)."""
     if torch.device(device).type != "cpu":
         return model
     convs = [p for p in model.parameters() if p.dim() == 4]
