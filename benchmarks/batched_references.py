@@ -16,6 +16,9 @@ digits, >= 1.5x on mnist5k (small_cnn, K = 8). Timings on a loaded machine mean 
 Each row also carries the **ceiling**: one model's training step at the recipe's batch size B against the same
 model's step at K x B rows, K t(B) / t(K B): what batching K models into one call could reach at best on this
 device (it removes per-call overhead; the arithmetic per row stays). ``--ceiling-only`` measures only that.
+Like ``unlearnkit`` (whose ``run --references K`` trains them), it first lets malloc reuse freed memory
+(``tune_cpu_allocator``); ``--default-malloc`` leaves glibc's malloc as it is, where every activation above
+32 MiB (a small CNN's at K x 128 mnist5k rows) is a fresh ``mmap`` faulted in page by page at every step.
 """
 from __future__ import annotations
 
@@ -147,15 +150,23 @@ def main() -> None:
                     help="the batched engine (auto: the one fit_batched picks)")
     ap.add_argument("--ceiling-only", action="store_true", help="only the ceiling: one model's step at the batch "
                                                                    "size against K times it (seconds)")
+    ap.add_argument("--default-malloc", action="store_true",
+                    help="leave glibc's malloc as it is (the CLI calls tune_cpu_allocator; see docs/performance.md)")
     ap.add_argument("--out", default=None, help="also write the rows as JSON here")
     args = ap.parse_args()
     if args.k < 2 or args.epochs < 1:
         raise SystemExit("error: --k must be >= 2 and --epochs >= 1")
+    from unlearnkit.runtime import tune_cpu_allocator
+
+    tuned = False if args.default_malloc else tune_cpu_allocator()  # as `unlearnkit` does, before any tensor
     if args.threads:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     rows = [one_dataset(name.strip(), args, device) for name in args.datasets.split(",") if name.strip()]
-    print(f"K references trained together vs one after another ({device}, {torch.get_num_threads()} threads)")
+    for r in rows:
+        r["malloc_tuned"] = tuned
+    print(f"K references trained together vs one after another ({device}, {torch.get_num_threads()} threads, "
+          f"malloc {'tuned' if tuned else 'as glibc has it'})")
     for r in rows:
         print(f"{r['dataset']:10} K={r['k']}: one model's step {r['step_ms_batch']:.1f} ms at batch {r['batch_size']}, "
               f"{r['step_ms_k_batch']:.1f} ms at {r['rows_k_batch']} rows: batching can reach at most "

@@ -161,7 +161,7 @@ def run_seed(task: str, seed: int, a, rows: list[dict], genuine_gt: dict, log=pr
     original = s.model_of("original", split, seed)
     attacker = s.model_of("retrain", split, 1000 + seed)
     refs_all = [s.model_of("retrain", split, seed + i) for i in range(max(a.references))]
-    for g in range(100, 100 + 2 * max(a.seeds) + 2):  # every genuine retrain: the ground truth's yardstick
+    for g in range(100, 100 + a.genuine):  # every genuine retrain: the ground truth's yardstick
         if (task, g) not in genuine_gt:
             genuine_gt[(task, g)] = ground_truth(s.model_of("retrain", split, g), split, g)
     gen = [v for (t, _), v in genuine_gt.items() if t == task]
@@ -192,6 +192,41 @@ def run_seed(task: str, seed: int, a, rows: list[dict], genuine_gt: dict, log=pr
                 f"{'** FALSE ERASED' if row['false_erased'] else ''} ({res['seconds']:.0f}s) {why[:90]}")
 
 
+def write(rows: list[dict], out: str, meta: dict) -> list[str]:
+    """The summary of ``rows`` (false-``erased`` rates, power, bit-identical copies that moved), written with
+    the rows and ``meta`` to ``out`` atomically; returns the summary's lines."""
+    from unlearnkit.checkpoints import atomic_write_text
+
+    lines = [line.replace("keep the class", "keep the rows") for line in suite().summary(rows)]
+    moved = suite().invariance(rows)
+    lines.append(f"bit-identical copies that moved: {len(moved)}" + "".join(f"\n  {b}" for b in moved))
+    atomic_write_text(out, json.dumps({**meta, "rows": rows, "summary": lines}, indent=1, default=str) + "\n")
+    return lines
+
+
+def combine(paths: list[str], out: str) -> int:
+    """``--combine``: the rows of several runs in one summary. Refuses runs whose ground truths had different
+    yardsticks (``--genuine``) or that audited the same task and seed twice."""
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    yardsticks = {run["args"].get("genuine") or 2 * max(run["args"]["seeds"]) + 2 for run in runs}  # older runs
+    if len(yardsticks) > 1:
+        got = ", ".join(sorted(map(str, yardsticks)))
+        raise SystemExit(f"error: the runs' ground truths used different yardsticks (--genuine {got}); rerun "
+                         "with the same --genuine")
+    seen: dict = {}
+    for path, run in zip(paths, runs):
+        for key in {(r["dataset"], r["seed"]) for r in run["rows"]}:
+            if key in seen:
+                raise SystemExit(f"error: {key[0]} seed {key[1]} is in both {seen[key]} and {path}")
+            seen[key] = path
+    lines = write([r for run in runs for r in run["rows"]], out,
+                  {"combined": list(paths), "args": [run["args"] for run in runs],
+                   "elapsed_s": sum(run["elapsed_s"] for run in runs), "versions": runs[0].get("versions")})
+    print("\n".join(lines))
+    print(f"wrote {out}")
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tasks", default="digits-flipped,mnist5k-flipped,mnist5k-random")
@@ -207,8 +242,15 @@ def main(argv=None) -> int:
     p.add_argument("--cache", default=str(Path.home() / ".cache" / "unlearnkit" / "attacks"))
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--quick", action="store_true", help="digits-flipped, seed 0, K = 8")
+    p.add_argument("--genuine", type=int, default=None, help="genuine held-out retrains (seeds 100 ..) that make the "
+                   "ground truth's yardstick (default 2 x the largest seed + 2: every seed's two; give the same "
+                   "number to runs of disjoint seeds that --combine joins)")
+    p.add_argument("--combine", nargs="+", metavar="JSON", help="only join the rows of earlier runs (same "
+                   "--genuine) into one summary, written to --out")
     p.add_argument("--out", default=str(RESULTS))
     a = p.parse_args(argv)
+    if a.combine:
+        return combine(a.combine, a.out)
     if a.quick:
         a.tasks, a.seeds, a.references = "digits-flipped", "0", "8"
     a.tasks = [t for t in a.tasks.split(",") if t]
@@ -218,22 +260,21 @@ def main(argv=None) -> int:
     a.seeds = [int(v) for v in a.seeds.split(",")]
     a.references = [int(v) for v in a.references.split(",")]
     a.families = [f for f in a.families.split(",") if f]
+    if a.genuine is None:
+        a.genuine = 2 * max(a.seeds) + 2
+    if a.genuine < 2 * max(a.seeds) + 2:
+        p.error(f"--genuine {a.genuine} leaves out the held-out retrains of seed {max(a.seeds)} "
+                f"(needs at least {2 * max(a.seeds) + 2})")
     torch.set_num_threads(a.threads)
-    from unlearnkit.checkpoints import atomic_write_text
 
     rows: list[dict] = []
     genuine_gt: dict = {}
     t0 = time.perf_counter()
+    args = {k: v for k, v in vars(a).items() if k not in ("out", "combine")}
 
-    def save() -> None:
-        lines = [line.replace("keep the class", "keep the rows") for line in suite().summary(rows)]
-        moved = suite().invariance(rows)
-        lines.append(f"bit-identical copies that moved: {len(moved)}" + "".join(f"\n  {b}" for b in moved))
-        payload = {"args": {k: v for k, v in vars(a).items() if k != "out"}, "rows": rows, "summary": lines,
-                   "elapsed_s": time.perf_counter() - t0,
-                   "versions": {"torch": torch.__version__, "numpy": np.__version__}}
-        atomic_write_text(a.out, json.dumps(payload, indent=1, default=str) + "\n")
-        return lines
+    def save() -> list[str]:
+        return write(rows, a.out, {"args": args, "elapsed_s": time.perf_counter() - t0,
+                                   "versions": {"torch": torch.__version__, "numpy": np.__version__}})
 
     for task in a.tasks:
         for seed in a.seeds:

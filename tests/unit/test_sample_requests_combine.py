@@ -1,0 +1,63 @@
+"""``benchmarks/sample_requests.py --combine``: runs of disjoint seeds join into one summary only when their
+ground truths used the same yardstick of genuine retrains; the same task and seed twice is refused."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("sample_requests", ROOT / "benchmarks" / "sample_requests.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _split_run(tmp_path: Path, genuine=(None, None)) -> list[str]:
+    """The committed digits run cut in two files by seed (seeds 0-1 and 2-4)."""
+    run = json.loads((ROOT / "benchmarks" / "results" / "sample_requests_digits.json").read_text())
+    paths = []
+    for i, (part, g) in enumerate(zip(((0, 1), (2, 3, 4)), genuine)):
+        args = {**run["args"], "seeds": list(part)}
+        if g is not None:
+            args["genuine"] = g
+        path = tmp_path / f"part{i}.json"
+        path.write_text(json.dumps({**run, "args": args, "rows": [r for r in run["rows"] if r["seed"] in part]}))
+        paths.append(str(path))
+    return paths
+
+
+def test_combined_halves_give_the_whole_runs_summary(bench, tmp_path, capsys):
+    whole = json.loads((ROOT / "benchmarks" / "results" / "sample_requests_digits.json").read_text())
+    out = tmp_path / "all.json"
+    assert bench.main(["--combine", *_split_run(tmp_path, (10, 10)), "--out", str(out)]) == 0
+    joined = json.loads(out.read_text())
+    assert len(joined["rows"]) == len(whole["rows"])
+    assert joined["summary"][:-1] == whole["summary"]  # the committed run predates the copies' line
+    assert joined["summary"][-1] == "bit-identical copies that moved: 0"
+    assert joined["args"][0]["seeds"] == [0, 1] and joined["args"][1]["seeds"] == [2, 3, 4]
+
+
+def test_a_part_without_genuine_counts_as_its_default(bench, tmp_path):
+    # the first part's default yardstick is 2 x 1 + 2 = 4 retrains, the second's 10: not the same ground truth
+    with pytest.raises(SystemExit, match="different yardsticks"):
+        bench.main(["--combine", *_split_run(tmp_path), "--out", str(tmp_path / "x.json")])
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_the_same_seed_twice_is_refused(bench, tmp_path):
+    first = _split_run(tmp_path, (10, 10))[1]
+    with pytest.raises(SystemExit, match="digits-flipped seed 2 is in both"):
+        bench.main(["--combine", first, first, "--out", str(tmp_path / "x.json")])
+
+
+def test_a_yardstick_without_the_last_seeds_retrains_is_an_error(bench, capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--seeds", "0,4", "--genuine", "8"])
+    assert "--genuine 8 leaves out the held-out retrains of seed 4" in capsys.readouterr().err
