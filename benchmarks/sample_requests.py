@@ -206,7 +206,7 @@ def write(rows: list[dict], out: str, meta: dict) -> list[str]:
 
 def combine(paths: list[str], out: str) -> int:
     """``--combine``: the rows of several runs in one summary. Refuses runs whose ground truths had different
-    yardsticks (``--genuine``) or that audited the same task and seed twice."""
+    yardsticks (``--genuine``) or that audited the same task, seed and K twice (the same seeds at another K join)."""
     runs = [json.loads(Path(p).read_text()) for p in paths]
     yardsticks = {run["args"].get("genuine") or 2 * max(run["args"]["seeds"]) + 2 for run in runs}  # older runs
     if len(yardsticks) > 1:
@@ -215,9 +215,9 @@ def combine(paths: list[str], out: str) -> int:
                          "with the same --genuine")
     seen: dict = {}
     for path, run in zip(paths, runs):
-        for key in {(r["dataset"], r["seed"]) for r in run["rows"]}:
+        for key in sorted({(r["dataset"], r["seed"], r["k"]) for r in run["rows"]}):
             if key in seen:
-                raise SystemExit(f"error: {key[0]} seed {key[1]} is in both {seen[key]} and {path}")
+                raise SystemExit(f"error: {key[0]} seed {key[1]} at K = {key[2]} is in both {seen[key]} and {path}")
             seen[key] = path
     lines = write([r for run in runs for r in run["rows"]], out,
                   {"combined": list(paths), "args": [run["args"] for run in runs],

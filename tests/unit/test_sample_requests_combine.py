@@ -53,8 +53,18 @@ def test_a_part_without_genuine_counts_as_its_default(bench, tmp_path):
 
 def test_the_same_seed_twice_is_refused(bench, tmp_path):
     first = _split_run(tmp_path, (10, 10))[1]
-    with pytest.raises(SystemExit, match="digits-flipped seed 2 is in both"):
+    with pytest.raises(SystemExit, match="digits-flipped seed 2 at K = 8 is in both"):
         bench.main(["--combine", first, first, "--out", str(tmp_path / "x.json")])
+
+
+def test_the_same_seeds_at_another_k_join(bench, tmp_path):
+    run = json.loads(Path(_split_run(tmp_path, (10, 10))[0]).read_text())
+    for k in (8, 16):
+        part = {**run, "rows": [r for r in run["rows"] if r["k"] == k]}
+        (tmp_path / f"k{k}.json").write_text(json.dumps(part))
+    out = tmp_path / "both.json"
+    assert bench.main(["--combine", str(tmp_path / "k8.json"), str(tmp_path / "k16.json"), "--out", str(out)]) == 0
+    assert len(json.loads(out.read_text())["rows"]) == len(run["rows"])
 
 
 def test_a_yardstick_without_the_last_seeds_retrains_is_an_error(bench, capsys):
