@@ -33,13 +33,16 @@ or its probe's held-out log loss is below ``--gt-probe`` times the smallest of t
 Prints one row per audit, then per family the false-``erased`` rate among the models that keep the rows (exact
 Clopper-Pearson 95 % bounds) and the genuine retrains' ``erased`` rate, and (``--rescaled``) the bit-identical
 copies whose verdict or deciding numbers moved; writes ``--out`` atomically after every
-seed (an interrupted run keeps what it finished). Every audit draws a fresh audit seed (recorded).
+seed (an interrupted run keeps what it finished). Every audit draws a fresh audit seed (recorded). The models,
+the attacks and the genuine retrains' ground truth are cached under ``--cache``: runs of disjoint seeds can run
+side by side (same ``--genuine``; they share the ground truth's work) and be joined with ``--combine``.
 """
 from __future__ import annotations
 
 import argparse
 import copy
 import json
+import os
 import secrets
 import sys
 import time
@@ -144,6 +147,38 @@ def gt_relearn(model, split) -> dict:
     return s.mean_curves(curves)
 
 
+def cached_truths(task: str, seeds: list[int], compute, cache: Path, stale_s: float = 1800.0, poll_s: float = 10.0):
+    """Yield ``(seed, ground truth)`` of each genuine retrain in ``seeds``, read from ``cache`` or computed with
+    ``compute(seed)`` and saved there. Runs of disjoint seeds started side by side share the work: a process
+    claims a seed with a lock file, skips those another process holds, and waits for them at the end (a lock
+    older than ``stale_s`` seconds is taken over: its process died)."""
+    from unlearnkit.checkpoints import atomic_write_text
+
+    cache.mkdir(parents=True, exist_ok=True)
+    pending = list(seeds)
+    while pending:
+        progressed = False
+        for g in list(pending):
+            path = cache / f"{task}-gt-retrain{g}.json"
+            if not path.exists():
+                lock = path.with_suffix(".lock")
+                try:
+                    os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                except FileExistsError:
+                    if time.time() - lock.stat().st_mtime < stale_s:
+                        continue  # another process is computing it
+                    lock.touch()
+                try:
+                    atomic_write_text(path, json.dumps(compute(g)) + "\n")
+                finally:
+                    lock.unlink(missing_ok=True)
+            pending.remove(g)
+            progressed = True
+            yield g, json.loads(path.read_text())
+        if pending and not progressed:
+            time.sleep(poll_s)
+
+
 def ground_truth(model, split, seed: int) -> dict:
     return {"relearn": gt_relearn(model, split), "probe": suite().gt_probe(model, split, seed)}
 
@@ -161,9 +196,10 @@ def run_seed(task: str, seed: int, a, rows: list[dict], genuine_gt: dict, log=pr
     original = s.model_of("original", split, seed)
     attacker = s.model_of("retrain", split, 1000 + seed)
     refs_all = [s.model_of("retrain", split, seed + i) for i in range(max(a.references))]
-    for g in range(100, 100 + a.genuine):  # every genuine retrain: the ground truth's yardstick
-        if (task, g) not in genuine_gt:
-            genuine_gt[(task, g)] = ground_truth(s.model_of("retrain", split, g), split, g)
+    pending = [g for g in range(100, 100 + a.genuine) if (task, g) not in genuine_gt]  # the ground truth's yardstick
+    for g, gt in cached_truths(task, pending, lambda g: ground_truth(s.model_of("retrain", split, g), split, g),
+                               Path(a.cache)):
+        genuine_gt[(task, g)] = gt
     gen = [v for (t, _), v in genuine_gt.items() if t == task]
     cases = [("genuine", f"retrain{g}", s.model_of("retrain", split, g), None) for g in (100 + 2 * seed,
                                                                                          101 + 2 * seed)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,28 @@ def test_a_yardstick_without_the_last_seeds_retrains_is_an_error(bench, capsys):
     with pytest.raises(SystemExit):
         bench.main(["--seeds", "0,4", "--genuine", "8"])
     assert "--genuine 8 leaves out the held-out retrains of seed 4" in capsys.readouterr().err
+
+
+def test_cached_truths_share_the_work_and_take_over_a_dead_lock(bench, tmp_path):
+    computed = []
+
+    def compute(g):
+        computed.append(g)
+        return {"probe": g / 1000}
+
+    (tmp_path / "t-gt-retrain101.lock").touch()  # held by a live process: waited for, then read
+    (tmp_path / "t-gt-retrain102.lock").touch()
+    os.utime(tmp_path / "t-gt-retrain102.lock", (0, 0))  # a dead process's: taken over
+    (tmp_path / "t-gt-retrain103.json").write_text('{"probe": 9}')  # computed before: read
+    got = {}
+    truths = bench.cached_truths("t", [100, 101, 102, 103], compute, tmp_path, poll_s=0.01)
+    for g, gt in truths:
+        got[g] = gt
+        if len(got) == 3:  # the other process finishes 101
+            (tmp_path / "t-gt-retrain101.json").write_text('{"probe": 7}')
+            (tmp_path / "t-gt-retrain101.lock").unlink()
+    assert computed == [100, 102]
+    assert got == {100: {"probe": 0.1}, 101: {"probe": 7}, 102: {"probe": 0.102}, 103: {"probe": 9}}
+    assert not list(tmp_path.glob("*.lock"))
+    assert [g for g, _ in bench.cached_truths("t", [100, 101], compute, tmp_path)] == [100, 101]
+    assert computed == [100, 102]  # all read back
