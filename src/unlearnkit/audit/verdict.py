@@ -21,8 +21,9 @@ first that returns a :class:`Decision` wins:
    certify (nothing says how far retrains of other seeds differ).
 7. :func:`unmeasured`: a deciding statistic could not be measured on the unlearned model (relearning diverged).
 8. :func:`output_untested`: no output statistic is testable (the original is not far enough from the
-   references, relative to their spread, for equivalence at the margin to be shown there).
-9. :func:`inside_untested`: no statistic that looks inside the model is testable.
+   references, relative to their spread, for equivalence at the margin to be shown there); it says how many
+   references would make one testable if the values stayed as measured, or that no number would.
+9. :func:`inside_untested`: no statistic that looks inside the model is testable (the same).
 10. :func:`not_equivalent`: some testable statistic's kept fraction is not shown to lie inside
     (−margin, margin): names it, its interval, and how many references would decide.
 11. :func:`erased`: an intersection-union test: **every** testable statistic of every family, on both audit
@@ -44,7 +45,7 @@ from typing import Callable
 
 from scipy import stats
 
-from ..metrics.equivalence import references_to_certify
+from ..metrics.equivalence import references_to_certify, references_to_test
 from .checks import INSIDE, Check
 from .config import AuditConfig
 
@@ -252,22 +253,56 @@ def _need(cs: list[Check]) -> int | None:
     return max(ks) if ks else None
 
 
+def _to_test(cs: list[Check], max_references: int = 64) -> tuple[int | None, str]:
+    """How many references would make one of the untested ``cs`` testable if the original's excess and the
+    references' spread stayed as measured (the fewest over ``cs``), and a clause that says so; None and why
+    not when no number up to ``max_references`` would."""
+    need = [(k, c) for c in cs if (k := references_to_test(c.result, max_references)) is not None]
+    if need:
+        k, c = min(need, key=lambda kc: kc[0])
+        return k, (f"about {k} references would make {c.measure.label} testable, if the original's excess and the "
+                   f"references' spread stayed as measured")
+    sds = [(c.result.original - c.result.center) / c.result.spread for c in cs
+           if c.result.status == "ok" and c.result.spread > 0]
+    if not sds:
+        return None, "more references narrow the interval"
+    return None, (f"no number of references up to {max_references} would: the original is at most "
+                  f"{max(sds):.1f} of the references' standard deviations above them here, too little more than a "
+                  f"retrain for equivalence at the margin to be shown")
+
+
+def _untested(m: Measurements, inside: bool) -> list[Check] | None:
+    """The deciding checks of the output family (``inside`` False) or of those inside the model, when none of
+    them is testable; None when one is."""
+    cs = [c for c in m.checks if (c.measure.family in INSIDE) == inside and c.measure.decides]
+    return None if any(c.testable for c in cs) else cs
+
+
 def output_untested(m: Measurements) -> Decision | None:
-    if any(c.testable for c in m.checks if c.measure.family == "output"):
+    cs = _untested(m, inside=False)
+    if cs is None:
         return None
-    return Decision("inconclusive", [
-        "no output statistic can be tested: the original's outputs on the forget rows are not far enough from the "
-        "references' (relative to their spread) to show equivalence at the margin, so the outputs cannot show "
-        "erasure; more references narrow the interval"] + untested_lines(m))
+    need, clause = _to_test(cs)
+    lines = ["no output statistic can be tested: the original's outputs on the forget rows are not far enough from "
+             "the references' (relative to their spread) to show equivalence at the margin, so the outputs cannot "
+             f"show erasure; {clause}"]
+    inner = _untested(m, inside=True)
+    if inner is not None:  # both must become testable for the audit to decide
+        need_in, clause_in = _to_test(inner)
+        need = max(need, need_in) if need is not None and need_in is not None else None
+        lines.append(f"nothing inside the model can be tested either: {clause_in}")
+    return Decision("inconclusive", lines + untested_lines(m), references_needed=need)
 
 
 def inside_untested(m: Measurements) -> Decision | None:
-    if any(c.testable for c in m.checks if c.measure.family in INSIDE):
+    cs = _untested(m, inside=True)
+    if cs is None:
         return None
+    need, clause = _to_test(cs)
     return Decision("inconclusive", [
         "positive control failed: nothing that looks inside the model (representation, relearning, head checks) can "
-        "be tested here, so a model that kept the original's representation could not be caught either; more "
-        "references narrow the intervals"] + untested_lines(m))
+        f"be tested here, so a model that kept the original's representation could not be caught either; {clause}"]
+        + untested_lines(m), references_needed=need)
 
 
 def not_equivalent(m: Measurements) -> Decision | None:

@@ -45,6 +45,10 @@ import numpy as np
 from scipy import special, stats
 
 SIDES = ("two", "upper")
+#: the testability requirement of :func:`judge`: a retrain this many prediction standard deviations from the
+#: references' centre would still be certified (2.576: a genuine retrain passes a testable statistic with
+#: probability >= 99 %)
+Z_POWER = 2.576
 
 
 @lru_cache(maxsize=4096)
@@ -119,6 +123,15 @@ def _certify(a: float, b: float, s: float, k: int, *, margin: float, level: floa
     return up and low
 
 
+def _testable(b: float, s: float, k: int, *, margin: float, sides: str, level: float, z_power: float) -> bool:
+    """The positive control with power: the original's excess ``b`` over K references of spread ``s`` is large
+    enough for a retrain ``z_power`` prediction standard deviations from their centre to be certified."""
+    t_eq = t_quantile(k - 1, 1.0 - level)
+    factor = math.sqrt(1.0 + margin ** 2 + (1.0 + margin) ** 2 / k) if sides == "two" else \
+        math.sqrt(1.0 + margin ** 2 + (1.0 - margin) ** 2 / k)
+    return b > 0 and margin * b >= t_eq * s * factor + z_power * s * math.sqrt(1.0 + 1.0 / k)
+
+
 def kept_interval(a: float, b: float, s: float, k: int, level: float) -> tuple[float, float]:
     """Fieller's interval for κ = a / b at confidence 1 − 2 ``level``: Var(a) = s²(1 + 1/K), Var(b) = s²(1 + 1/K),
     Cov(a, b) = s²/K (the references' mean is in both); (-inf, inf) when b is not clearly above 0."""
@@ -139,7 +152,7 @@ def kept_interval(a: float, b: float, s: float, k: int, level: float) -> tuple[f
 
 
 def judge(value: float, original: float, references: Sequence[float], *, margin: float, sides: str = "two",
-          equiv_level: float = 0.05, flag_level: float = 0.05, z_power: float = 2.576) -> RuleResult:
+          equiv_level: float = 0.05, flag_level: float = 0.05, z_power: float = Z_POWER) -> RuleResult:
     """The rule (module docstring) for one statistic: ``value`` (the audited model), ``original`` and the
     references' ``references`` (K >= 2 values), oriented so that more = more of the forgotten data. ``margin``
     δ in (0, 1); ``sides`` "two" (a deviation either way counts, certification needs |κ| < δ) or "upper" (only
@@ -170,10 +183,7 @@ def judge(value: float, original: float, references: Sequence[float], *, margin:
     half = t_quantile(k - 1, 1.0 - flag_level) * pred
     p_above, p_below = _t_sf(a / pred, k - 1), _t_sf(-a / pred, k - 1)
     flag = "above" if a > half else ("below" if sides == "two" and a < -half else "")
-    t_eq = t_quantile(k - 1, 1.0 - equiv_level)
-    factor = math.sqrt(1.0 + margin ** 2 + (1.0 + margin) ** 2 / k) if sides == "two" else \
-        math.sqrt(1.0 + margin ** 2 + (1.0 - margin) ** 2 / k)
-    testable = b > 0 and margin * b >= t_eq * s * factor + z_power * pred
+    testable = _testable(b, s, k, margin=margin, sides=sides, level=equiv_level, z_power=z_power)
     kept = a / b if b > 0 else nan
     lo, hi = kept_interval(a, b, s, k, equiv_level) if b > 0 else (-math.inf, math.inf)
     within = testable and _certify(a, b, s, k, margin=margin, level=equiv_level, sides=sides)
@@ -196,6 +206,21 @@ def simulate_certify_rate(k: int, *, kept: float, margin: float, excess_sd: floa
         u = kept * excess_sd + rng.standard_normal()
         hits += judge(u, o, refs, margin=margin, sides=sides, equiv_level=equiv_level, z_power=-math.inf).within
     return hits / trials
+
+
+def references_to_test(r: RuleResult, max_references: int = 64) -> int | None:
+    """The smallest number of references with which this statistic would be testable (the positive control
+    with power, :func:`judge`'s default ``z_power``), if the original's excess over the references and their
+    spread stayed as measured: None when none up to ``max_references`` would (the original is too close to
+    the references for any number of them: about (t + z) / margin of their standard deviations are needed)
+    or nothing was measured."""
+    if r.status != "ok" or not (r.original > r.center) or not r.spread > 0:
+        return None
+    b = r.original - r.center
+    for k in range(max(len(r.references), 2), max_references + 1):
+        if _testable(b, r.spread, k, margin=r.margin, sides=r.sides, level=r.equiv_level, z_power=Z_POWER):
+            return k
+    return None
 
 
 def references_to_certify(r: RuleResult, max_references: int = 64) -> int | None:

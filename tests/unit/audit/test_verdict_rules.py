@@ -124,6 +124,30 @@ def test_untestable_statistics_never_decide_erased_alone():
     assert decide(_m(ms)).verdict == "inconclusive"
 
 
+def test_an_untested_audit_says_how_many_references_would_test_it():
+    from unlearnkit.metrics.equivalence import judge
+
+    mid_refs = (0.0, 0.1, -0.1, 0.05, -0.05)  # sd 0.079: the original at 0.8 is 10.1 sd away, untestable with 5
+    ms = [_measure("output", "output confidence", 0.0, original=0.8, refs=mid_refs), _measure("representation")]
+    d = decide(_m(ms))
+    assert d.verdict == "inconclusive" and d.references_needed is not None and d.references_needed > 5
+    assert f"about {d.references_needed} references would make output confidence (train data) testable" in \
+        d.evidence[1]
+    sd = float(np.std(mid_refs, ddof=1))
+    more = list(np.linspace(-1, 1, d.references_needed))
+    more = [v / float(np.std(more, ddof=1)) * sd for v in more]
+    assert judge(0.0, 0.8, more, margin=AuditConfig().kept_margin).testable
+    # 3.2 sd: no number of references would; both families untested: the inside family says so too
+    far_refs = (0.0, 0.4, -0.4, 0.2, -0.2)
+    ms = [_measure("output", "output confidence", 0.0, refs=far_refs),
+          _measure("representation", "separability", 0.0, refs=far_refs)]
+    d = decide(_m(ms))
+    assert d.verdict == "inconclusive" and d.references_needed is None
+    assert "no number of references up to 64 would: the original is at most 3.2 of the references' standard " \
+        "deviations above them" in d.evidence[1]
+    assert d.evidence[2].startswith("nothing inside the model can be tested either: no number of references")
+
+
 def test_one_reference_never_certifies():
     ms = [_measure(f, n, 0.0, refs=(0.0,)) for f, n in (("output", "output confidence"),
                                                          ("representation", "separability"))]

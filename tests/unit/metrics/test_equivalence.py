@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from unlearnkit.metrics.equivalence import judge, kept_interval, references_to_certify, simulate_certify_rate
+from unlearnkit.metrics.equivalence import (
+    judge,
+    kept_interval,
+    references_to_certify,
+    references_to_test,
+    simulate_certify_rate,
+)
 
 
 def test_a_hand_computed_case():
@@ -85,6 +91,29 @@ def test_references_that_would_decide():
     assert k is None or k >= 6
     far = judge(15.0, 20.0, [0.0, 1.0, -1.0, 0.5, -0.5], margin=0.5)
     assert references_to_certify(far) is None
+
+
+def _refs(k: int, sd: float) -> list[float]:
+    """K references with mean exactly 0 and standard deviation exactly ``sd``."""
+    z = np.linspace(-1.0, 1.0, k)
+    return list((z - z.mean()) / z.std(ddof=1) * sd)
+
+
+def test_references_that_would_make_a_statistic_testable():
+    # the original 10 references' sds above them: untestable with 5 (needs about 11.2 sd: t_4 = 2.13), testable
+    # with some K <= 64 (the requirement falls towards (1.645 sqrt(1.25) + 2.576) / 0.5 = 8.8 sd)
+    r = judge(0.0, 10.0, _refs(5, 1.0), margin=0.5)
+    assert not r.testable
+    k = references_to_test(r)
+    assert k is not None and 5 < k <= 64
+    assert judge(0.0, 10.0, _refs(k, 1.0), margin=0.5).testable       # as many as it says: testable
+    assert not judge(0.0, 10.0, _refs(k - 1, 1.0), margin=0.5).testable  # one fewer: not
+    # 5 sds: below the limit, no number of references makes it testable
+    close = judge(0.0, 5.0, _refs(5, 1.0), margin=0.5)
+    assert references_to_test(close) is None and not judge(0.0, 5.0, _refs(64, 1.0), margin=0.5).testable
+    # testable already: the references it has; an original below the references: None
+    assert references_to_test(judge(0.0, 20.0, _refs(5, 1.0), margin=0.5)) == 5
+    assert references_to_test(judge(0.0, -3.0, _refs(5, 1.0), margin=0.5)) is None
 
 
 def test_bad_input():
