@@ -45,7 +45,7 @@ from typing import Callable
 
 from scipy import stats
 
-from ..metrics.equivalence import references_to_certify, references_to_test
+from ..metrics.equivalence import excess_to_test, references_to_certify, references_to_test
 from .checks import INSIDE, Check
 from .config import AuditConfig
 
@@ -262,13 +262,17 @@ def _to_test(cs: list[Check], max_references: int = 64) -> tuple[int | None, str
         k, c = min(need, key=lambda kc: kc[0])
         return k, (f"about {k} references would make {c.measure.label} testable, if the original's excess and the "
                    f"references' spread stayed as measured")
-    sds = [(c.result.original - c.result.center) / c.result.spread for c in cs
-           if c.result.status == "ok" and c.result.spread > 0]
-    if not sds:
+    gaps = [((r.original - r.center) / r.spread, c) for c in cs
+            if (r := c.result).status == "ok" and r.spread > 0]
+    if not gaps:
         return None, "more references narrow the interval"
-    return None, (f"no number of references up to {max_references} would: the original is at most "
-                  f"{max(sds):.1f} of the references' standard deviations above them here, too little more than a "
-                  f"retrain for equivalence at the margin to be shown")
+    sd, c = max(gaps, key=lambda g: g[0] / excess_to_test(max_references, margin=g[1].result.margin,
+                                                            sides=g[1].result.sides, level=g[1].result.equiv_level))
+    need = excess_to_test(max_references, margin=c.result.margin, sides=c.result.sides, level=c.result.equiv_level)
+    return None, (f"no number of references up to {max_references} would: the original is {sd:.1f} of the "
+                  f"references' standard deviations above them at the closest, {c.measure.label}, where its margin "
+                  f"({c.result.margin:g}) needs {need:.1f} with {max_references} references: too little more than a "
+                  f"retrain for equivalence to be shown")
 
 
 def _untested(m: Measurements, inside: bool) -> list[Check] | None:

@@ -143,8 +143,9 @@ def test_an_untested_audit_says_how_many_references_would_test_it():
           _measure("representation", "separability", 0.0, refs=far_refs)]
     d = decide(_m(ms))
     assert d.verdict == "inconclusive" and d.references_needed is None
-    assert "no number of references up to 64 would: the original is at most 3.2 of the references' standard " \
-        "deviations above them" in d.evidence[1]
+    assert "no number of references up to 64 would: the original is 3.2 of the references' standard deviations " \
+        "above them at the closest, output confidence (train data), where its margin (0.5) needs 9.0 with 64 " \
+        "references" in d.evidence[1]
     assert d.evidence[2].startswith("nothing inside the model can be tested either: no number of references")
 
 

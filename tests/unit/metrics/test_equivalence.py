@@ -7,6 +7,7 @@ import pytest
 from scipy import stats
 
 from unlearnkit.metrics.equivalence import (
+    excess_to_test,
     judge,
     kept_interval,
     references_to_certify,
@@ -111,6 +112,10 @@ def test_references_that_would_make_a_statistic_testable():
     # 5 sds: below the limit, no number of references makes it testable
     close = judge(0.0, 5.0, _refs(5, 1.0), margin=0.5)
     assert references_to_test(close) is None and not judge(0.0, 5.0, _refs(64, 1.0), margin=0.5).testable
+    # the requirement by hand: (t_{K-1} sqrt(1 + δ² + (1 + δ)²/K) + 2.576 sqrt(1 + 1/K)) / δ
+    by_hand = (stats.t.ppf(0.95, 4) * math.sqrt(1 + 0.25 + 2.25 / 5) + 2.576 * math.sqrt(1.2)) / 0.5
+    assert excess_to_test(5, margin=0.5) == pytest.approx(by_hand) and 11.1 < by_hand < 11.3
+    assert 8.9 < excess_to_test(64, margin=0.5) < 9.1 and excess_to_test(64, margin=0.1) > 40
     # testable already: the references it has; an original below the references: None
     assert references_to_test(judge(0.0, 20.0, _refs(5, 1.0), margin=0.5)) == 5
     assert references_to_test(judge(0.0, -3.0, _refs(5, 1.0), margin=0.5)) is None
