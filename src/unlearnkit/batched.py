@@ -63,14 +63,15 @@ RANDOM_MODULES = (nn.modules.dropout._DropoutNd, nn.RReLU)
 def batching_pays(device) -> str | None:
     """None where training references batched is the default (a CUDA device), else why they are trained one
     after another unless batching is asked for: on this project's idle 2-core CPU (small CNNs,
-    ``benchmarks/batched_references.py``, 2026-12-06) batched training measured 0.94-1.26x on digits (K = 8
-    and 16) and 0.57x on mnist5k (K = 8), and no batching could do much better there: one model's step on K
-    times the rows is at best 1.5x (digits) and 0.5-0.7x (mnist5k) of K steps (``--ceiling-only``)."""
+    ``benchmarks/batched_references.py``, 2026-12-06, malloc tuned as the CLI tunes it) batched training
+    measured 1.19-1.29x on digits (K = 8 and 16) and 0.92x on mnist5k (K = 8), and no batching could do much
+    better there: one model's step on K times the rows is at best 1.8x (digits) and 0.65-0.9x (mnist5k) of K
+    steps (``--ceiling-only``)."""
     kind = torch.device(device).type if device is not None else "cpu"
     if kind == "cuda":
         return None
-    return (f"on the {kind} batched training measured no faster than one model after another "
-            f"(benchmarks/batched_references.py: 0.94-1.26x on digits, 0.57x on mnist5k)")
+    return (f"on the {kind} batched training measured little or no faster than one model after another "
+            f"(benchmarks/batched_references.py: 1.19-1.29x on digits, 0.92x on mnist5k)")
 
 
 def batch_support(model: nn.Module, example: Tensor, *, runtime: Runtime | None = None) -> str | None:
