@@ -243,7 +243,14 @@ def write(rows: list[dict], out: str, meta: dict) -> list[str]:
 def combine(paths: list[str], out: str) -> int:
     """``--combine``: the rows of several runs in one summary. Refuses runs whose ground truths had different
     yardsticks (``--genuine``) or that audited the same task, seed and K twice (the same seeds at another K join)."""
-    runs = [json.loads(Path(p).read_text()) for p in paths]
+    runs = []
+    for p in paths:
+        try:
+            runs.append(json.loads(Path(p).read_text()))
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"error: --combine cannot read {p}: {e}") from None
+        if not isinstance(runs[-1], dict) or "rows" not in runs[-1] or "args" not in runs[-1]:
+            raise SystemExit(f"error: {p} is not a sample_requests.py run (no rows or args)")
     yardsticks = {run["args"].get("genuine") or 2 * max(run["args"]["seeds"]) + 2 for run in runs}  # older runs
     if len(yardsticks) > 1:
         got = ", ".join(sorted(map(str, yardsticks)))

@@ -58,6 +58,16 @@ def test_the_same_seed_twice_is_refused(bench, tmp_path):
         bench.main(["--combine", first, first, "--out", str(tmp_path / "x.json")])
 
 
+def test_an_unreadable_or_foreign_file_is_one_error_line_and_nothing_written(bench, tmp_path):
+    out = tmp_path / "x.json"
+    with pytest.raises(SystemExit, match="--combine cannot read"):
+        bench.main(["--combine", str(tmp_path / "missing.json"), "--out", str(out)])
+    (tmp_path / "other.json").write_text('{"rows": []}')
+    with pytest.raises(SystemExit, match="is not a sample_requests.py run"):
+        bench.main(["--combine", str(tmp_path / "other.json"), "--out", str(out)])
+    assert not out.exists()
+
+
 def test_the_same_seeds_at_another_k_join(bench, tmp_path):
     run = json.loads(Path(_split_run(tmp_path, (10, 10))[0]).read_text())
     for k in (8, 16):
