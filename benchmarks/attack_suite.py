@@ -32,6 +32,8 @@ R*; trained on the training split only):
   class on held-out forget rows) under a random shot draw, learning rate and budget of the audit's sweep (the
   attacker knows the procedure, not the seed), on periodically canonicalised weights (the audit relearns
   canonical copies);
+* ``hardened_keep3``, ``hardened_keep10``: ``hardened`` with its kept probe's loss weighted 3 and 10 times (the
+  attacker pushing to keep more of the class while passing every check: where the certificate's boundary lies);
 * ``kept_stage``: the original's first two stages frozen, the rest fine-tuned as the distiller;
 * ``mean_matched``: issue 28's attack (``attack_mean_matched.mean_matched``);
 * every family's bit-identical copies (``attack_reparam.copies``: units rescaled by powers of two up to 2^±120,
@@ -71,7 +73,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "attack_suite.json"
 MODEL = "small_cnn"
 FAMILIES = ("masked", "soft_masked", "bn_masked", "head_retrained", "output_forger", "distiller", "matcher",
-            "cov_keeper", "hardened", "kept_stage", "mean_matched")
+            "cov_keeper", "hardened", "kept_stage", "mean_matched", "hardened_keep3", "hardened_keep10")
 GT_STEPS = (10, 20, 50)
 GT_SEEDS = (917_000, 917_001, 917_002)  # the ground truth's shot draws: never an audit's
 
@@ -186,14 +188,15 @@ class Attack:
     """The fine-tuning attacks' shared loop (module docstring); which terms apply is set by the family."""
 
     def __init__(self, original, retrain, split, *, seed: int, match: bool, keep: str | None, harden: bool,
-                 freeze: tuple[str, ...] = (), epochs: int = 12, lr: float = 3e-4, log=None) -> None:
+                 freeze: tuple[str, ...] = (), epochs: int = 12, lr: float = 3e-4, keep_weight: float = 1.0,
+                 log=None) -> None:
         import unlearnkit as uk
 
         self.model = copy.deepcopy(original).eval()
         self.teacher = retrain.eval()
         self.split, self.seed, self.match, self.keep, self.harden = split, seed, match, keep, harden
         self.layers = uk.audit_layers(self.model)
-        self.freeze, self.epochs, self.lr = freeze, epochs, lr
+        self.freeze, self.epochs, self.lr, self.keep_weight = freeze, epochs, lr, keep_weight
         self.log = log or (lambda text: print(text, flush=True))
         self.g = torch.Generator().manual_seed(seed)
         self.xf, self.yf = _rows(split.train_forget)
@@ -292,7 +295,7 @@ class Attack:
                 if self.probe is not None:
                     pen = feats["penultimate"]
                     loss_p = self._probe_loss(pen[:nf], pen[nf:])
-                    loss = loss + loss_p
+                    loss = loss + self.keep_weight * loss_p
                 self.opt.zero_grad(set_to_none=True)
                 loss.backward()
                 if self.harden and step % 2 == 0:
@@ -381,8 +384,9 @@ def build(family: str, original, retrain, split, seed: int, log=print):
         return Attack(original, retrain, split, match=True, keep="mlp", harden=False, **kw).run()
     if family == "cov_keeper":
         return Attack(original, retrain, split, match=True, keep="quadratic", harden=False, **kw).run()
-    if family == "hardened":
-        return Attack(original, retrain, split, match=True, keep="mlp", harden=True, **kw).run()
+    if family.startswith("hardened"):
+        weight = float(family.removeprefix("hardened_keep")) if family != "hardened" else 1.0
+        return Attack(original, retrain, split, match=True, keep="mlp", harden=True, keep_weight=weight, **kw).run()
     if family == "kept_stage":
         return Attack(original, retrain, split, match=False, keep=None, harden=False, freeze=("block1", "block2"),
                       **kw).run()
@@ -472,6 +476,17 @@ def keeps(gt: dict, genuine: list[dict], margin: float, probe_factor: float) -> 
     return bool(why), "; ".join(why)
 
 
+def kept_share(probe: float | None, original: float | None, genuine: list[dict]) -> float | None:
+    """The share of the original's excess a model keeps by the ground truth's probe, in its log scale:
+    (log ℓ − mean log ℓ_g) / (log ℓ_o − mean log ℓ_g) over the genuine retrains' held-out log losses ℓ_g (0: a
+    genuine retrain's loss on average, 1: the original's); None where a loss is missing."""
+    losses = [g["probe"] for g in genuine if g.get("probe") is not None]
+    if probe is None or original is None or not losses or probe <= 0 or original <= 0:
+        return None
+    centre = float(np.mean(np.log(losses)))
+    return (math.log(probe) - centre) / (math.log(original) - centre)
+
+
 # ------------------------------------------------------------------------------------------ the suite
 
 def audit_one(original, model, refs, split, outs, cache, cfg) -> dict:
@@ -519,19 +534,24 @@ def run_seed(dataset: str, seed: int, a, rows: list[dict], genuine_gt: dict, log
     layers = audit_layers(original)
     outs = {id(m): model_outputs(m, split, layers) for m in [original, *refs_all]}
     gen = [v for (d, _), v in genuine_gt.items() if d == dataset]
+    original_probe = gt_probe(original, split, seed)
     for k in a.references:
         cache, cfg = AuditCache(), AuditConfig(audit_seed=secrets.randbits(31))
         for family, tag, model, gt in cases:
             if tag and family != "genuine" and k != min(a.references):
                 continue  # invariance does not depend on K: the bit-identical copies are audited at the smallest K
             res = audit_one(original, model, refs_all[:k], split, outs, cache, cfg)
+            row_gt = gt if gt is not None else genuine_gt[(dataset, tag)]
             kept, why = (False, "genuine retrain") if gt is None else keeps(gt, gen, a.gt_margin, a.gt_probe)
             row = {"dataset": dataset, "seed": seed, "k": k, "family": family, "copy": tag, **res,
-                   "ground_truth": gt if gt is not None else genuine_gt[(dataset, tag)], "keeps_class": kept,
-                   "keeps_why": why, "false_erased": bool(kept and res["verdict"] == "erased")}
+                   "ground_truth": row_gt, "keeps_class": kept,
+                   "keeps_why": why, "false_erased": bool(kept and res["verdict"] == "erased"),
+                   "gt_kept_share": kept_share(row_gt["probe"], original_probe, gen)}
             rows.append(row)
             log(f"{dataset:8s} s{seed} K={k} {family:15s} {tag:21s} -> {res['verdict']:14s} keeps={kept!s:5s} "
-                f"{'** FALSE ERASED' if row['false_erased'] else ''} ({res['seconds']:.0f}s) {why[:90]}", flush=True)
+                f"{'** FALSE ERASED' if row['false_erased'] else ''} ({res['seconds']:.0f}s) kept share "
+                f"{row['gt_kept_share'] if row['gt_kept_share'] is None else round(row['gt_kept_share'], 2)} "
+                f"{why[:90]}", flush=True)
 
 
 def summary(rows: list[dict]) -> list[str]:
@@ -569,6 +589,27 @@ def summary(rows: list[dict]) -> list[str]:
     return lines
 
 
+def boundary(rows: list[dict], edges=(0.25, 0.5, 0.75)) -> list[str]:
+    """How often each audited model reads ``erased``, by the share of the original's excess it keeps by the
+    ground truth's probe (:func:`kept_share`; parents only, every K): where the certificate's boundary lies
+    against its stated margin (0.5). Rows of older runs without the share are left out."""
+    cp = sibling("audit_calibrate").clopper_pearson
+    lines = ["| kept share (ground-truth probe) | audits of attacked models | erased | audits of genuine retrains "
+             "| erased |", "|---|---|---|---|---|"]
+    bounds = (-math.inf, *edges, math.inf)
+    for lo, hi in zip(bounds, bounds[1:]):
+        cells = []
+        for genuine in (False, True):
+            rs = [r for r in rows if (r["family"] == "genuine") == genuine and (genuine or not r["copy"])
+                  and r.get("gt_kept_share") is not None and lo <= r["gt_kept_share"] < hi]
+            n_e = sum(r["verdict"] == "erased" for r in rs)
+            b = cp(n_e, len(rs)) if rs else None
+            cells += [str(len(rs)), f"{n_e} [{100 * b[0]:.0f}, {100 * b[1]:.0f} %]" if b else "-"]
+        label = f"below {hi}" if lo == -math.inf else f"{lo} or more" if hi == math.inf else f"{lo} to {hi}"
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def invariance(rows: list[dict]) -> list[str]:
     """Copies whose verdict or deciding numbers differ from their parent's (same dataset, seed, K, family)."""
     bad = []
@@ -595,10 +636,11 @@ def combine(paths: list[str], out: str) -> int:
     runs = [json.loads(Path(p).read_text()) for p in paths]
     rows = [r for run in runs for r in run["rows"]]
     lines, bad = summary(rows), invariance(rows)
-    print("\n".join(lines))
+    print("\n".join(lines + [""] + boundary(rows)))
     print(f"bit-identical copies that moved: {len(bad)}" + "".join(f"\n  {b}" for b in bad))
     payload = {"combined": [str(p) for p in paths], "args": [run["args"] for run in runs], "rows": rows,
-               "summary": lines, "invariance_failures": bad, "elapsed_s": sum(run["elapsed_s"] for run in runs),
+               "summary": lines, "boundary": boundary(rows), "invariance_failures": bad,
+               "elapsed_s": sum(run["elapsed_s"] for run in runs),
                "versions": runs[0].get("versions")}
     atomic_write_text(out, json.dumps(payload, indent=1, default=str) + "\n")
     print(f"wrote {out}")
@@ -647,6 +689,7 @@ def main(argv=None) -> int:
 
     def save() -> None:
         payload = {"args": {k: v for k, v in vars(a).items()}, "rows": rows, "summary": summary(rows),
+                   "boundary": boundary(rows),
                    "invariance_failures": invariance(rows), "elapsed_s": time.perf_counter() - t0,
                    "versions": versions()}
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
@@ -656,7 +699,7 @@ def main(argv=None) -> int:
         for seed in a.seeds:
             run_seed(dataset, seed, a, rows, genuine_gt)
             save()
-    print("\n".join(summary(rows)))
+    print("\n".join(summary(rows) + [""] + boundary(rows)))
     bad = invariance(rows)
     print(f"bit-identical copies that moved: {len(bad)}" + "".join(f"\n  {b}" for b in bad))
     save()

@@ -35,7 +35,8 @@ Clopper-Pearson 95 % bounds) and the genuine retrains' ``erased`` rate, and (``-
 copies whose verdict or deciding numbers moved; writes ``--out`` atomically after every
 seed (an interrupted run keeps what it finished). Every audit draws a fresh audit seed (recorded). The models,
 the attacks and the genuine retrains' ground truth are cached under ``--cache``: runs of disjoint seeds can run
-side by side (same ``--genuine``; they share the ground truth's work) and be joined with ``--combine``.
+side by side (same ``--genuine``; they share the ground truth's work) and be joined with ``--combine``
+(``--rescore`` joins runs of different ``--genuine``, every row re-judged against the largest yardstick).
 """
 from __future__ import annotations
 
@@ -240,9 +241,29 @@ def write(rows: list[dict], out: str, meta: dict) -> list[str]:
     return lines
 
 
-def combine(paths: list[str], out: str) -> int:
+def rescore(rows: list[dict], genuine: int, cache: Path, margin: float, probe: float) -> None:
+    """Re-judge every audited row's ``keeps_class`` (and ``false_erased``) against the yardstick of ``genuine``
+    genuine retrains (seeds 100 ..), whose ground truths are read from ``cache`` (every one must be there)."""
+    s = suite()
+    yardstick = {}
+    for task in sorted({r["dataset"] for r in rows}):
+        paths = [cache / f"{task}-gt-retrain{g}.json" for g in range(100, 100 + genuine)]
+        missing = [p.name for p in paths if not p.exists()]
+        if missing:
+            raise SystemExit(f"error: --rescore needs the ground truth of {missing[0]} in {cache} (run the seeds "
+                             f"with --genuine {genuine} first)")
+        yardstick[task] = [json.loads(p.read_text()) for p in paths]
+    for r in rows:
+        if r["family"] != "genuine":
+            r["keeps_class"], r["keeps_why"] = s.keeps(r["ground_truth"], yardstick[r["dataset"]], margin, probe)
+            r["false_erased"] = bool(r["keeps_class"] and r["verdict"] == "erased")
+
+
+def combine(paths: list[str], out: str, rescore_cache: str | None = None) -> int:
     """``--combine``: the rows of several runs in one summary. Refuses runs whose ground truths had different
-    yardsticks (``--genuine``) or that audited the same task, seed and K twice (the same seeds at another K join)."""
+    yardsticks (``--genuine``) unless ``rescore_cache`` is given (``--rescore``: every row re-judged against the
+    largest yardstick, from the genuine retrains' ground truths cached there), and runs that audited the same
+    task, seed and K twice (the same seeds at another K join)."""
     runs = []
     for p in paths:
         try:
@@ -252,18 +273,27 @@ def combine(paths: list[str], out: str) -> int:
         if not isinstance(runs[-1], dict) or "rows" not in runs[-1] or "args" not in runs[-1]:
             raise SystemExit(f"error: {p} is not a sample_requests.py run (no rows or args)")
     yardsticks = {run["args"].get("genuine") or 2 * max(run["args"]["seeds"]) + 2 for run in runs}  # older runs
-    if len(yardsticks) > 1:
+    rules = {(run["args"]["gt_margin"], run["args"]["gt_probe"]) for run in runs}
+    if len(rules) > 1:
+        raise SystemExit("error: the runs' ground truths used different --gt-margin / --gt-probe")
+    if len(yardsticks) > 1 and rescore_cache is None:
         got = ", ".join(sorted(map(str, yardsticks)))
         raise SystemExit(f"error: the runs' ground truths used different yardsticks (--genuine {got}); rerun "
-                         "with the same --genuine")
+                         "with the same --genuine, or join with --rescore")
     seen: dict = {}
     for path, run in zip(paths, runs):
         for key in sorted({(r["dataset"], r["seed"], r["k"]) for r in run["rows"]}):
             if key in seen:
                 raise SystemExit(f"error: {key[0]} seed {key[1]} at K = {key[2]} is in both {seen[key]} and {path}")
             seen[key] = path
-    lines = write([r for run in runs for r in run["rows"]], out,
-                  {"combined": list(paths), "args": [run["args"] for run in runs],
+    rows = [r for run in runs for r in run["rows"]]
+    meta = {}
+    if len(yardsticks) > 1:
+        margin, probe = rules.pop()
+        rescore(rows, max(yardsticks), Path(rescore_cache), margin, probe)
+        meta["rescored_against"] = max(yardsticks)
+    lines = write(rows, out,
+                  {**meta, "combined": list(paths), "args": [run["args"] for run in runs],
                    "elapsed_s": sum(run["elapsed_s"] for run in runs), "versions": runs[0].get("versions")})
     print("\n".join(lines))
     print(f"wrote {out}")
@@ -290,10 +320,13 @@ def main(argv=None) -> int:
                    "number to runs of disjoint seeds that --combine joins)")
     p.add_argument("--combine", nargs="+", metavar="JSON", help="only join the rows of earlier runs (same "
                    "--genuine) into one summary, written to --out")
+    p.add_argument("--rescore", action="store_true", help="with --combine: join runs of different --genuine by "
+                   "re-judging every row against the largest yardstick (the genuine retrains' ground truths from "
+                   "--cache)")
     p.add_argument("--out", default=str(RESULTS))
     a = p.parse_args(argv)
     if a.combine:
-        return combine(a.combine, a.out)
+        return combine(a.combine, a.out, a.cache if a.rescore else None)
     if a.quick:
         a.tasks, a.seeds, a.references = "digits-flipped", "0", "8"
     a.tasks = [t for t in a.tasks.split(",") if t]

@@ -107,3 +107,41 @@ def test_cached_truths_share_the_work_and_take_over_a_dead_lock(bench, tmp_path)
     assert not list(tmp_path.glob("*.lock"))
     assert [g for g, _ in bench.cached_truths("t", [100, 101], compute, tmp_path)] == [100, 101]
     assert computed == [100, 102]  # all read back
+
+
+def _gt_cache(tmp_path: Path, leave_out: int | None = None) -> Path:
+    """The committed run's genuine retrains' ground truths, written as its cache would hold them."""
+    run = json.loads((ROOT / "benchmarks" / "results" / "sample_requests_digits.json").read_text())
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for r in run["rows"]:
+        g = int(r["copy"][7:]) if r["family"] == "genuine" else None
+        if g is not None and g != leave_out:
+            (cache / f"digits-flipped-gt-retrain{g}.json").write_text(json.dumps(r["ground_truth"]))
+    return cache
+
+
+def test_rescore_joins_different_yardsticks_against_the_largest(bench, tmp_path):
+    whole = json.loads((ROOT / "benchmarks" / "results" / "sample_requests_digits.json").read_text())
+    parts = _split_run(tmp_path, (4, 10))
+    first = json.loads(Path(parts[0]).read_text())
+    for r in first["rows"]:  # as if judged against a smaller yardstick: the rescoring must restore the whole run's
+        if r["family"] != "genuine":
+            r["keeps_class"], r["keeps_why"], r["false_erased"] = (not r["keeps_class"]), "stale", True
+    Path(parts[0]).write_text(json.dumps(first))
+    out = tmp_path / "all.json"
+    assert bench.main(["--combine", *parts, "--rescore", "--cache", str(_gt_cache(tmp_path)), "--out", str(out)]) == 0
+    joined = json.loads(out.read_text())
+    assert joined["rescored_against"] == 10
+    key = lambda r: (r["seed"], r["k"], r["family"], r["copy"])  # noqa: E731
+    want = {key(r): (r["keeps_class"], r["false_erased"]) for r in whole["rows"]}
+    assert {key(r): (r["keeps_class"], r["false_erased"]) for r in joined["rows"]} == want
+    assert joined["summary"][:-1] == whole["summary"]
+
+
+def test_rescore_refuses_a_yardstick_missing_from_the_cache(bench, tmp_path):
+    out = tmp_path / "x.json"
+    with pytest.raises(SystemExit, match="needs the ground truth of digits-flipped-gt-retrain107.json"):
+        bench.main(["--combine", *_split_run(tmp_path, (4, 10)), "--rescore", "--cache",
+                    str(_gt_cache(tmp_path, leave_out=107)), "--out", str(out)])
+    assert not out.exists()

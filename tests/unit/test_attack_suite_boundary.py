@@ -1,0 +1,45 @@
+"""``benchmarks/attack_suite.py``: the ground truth's kept share (by hand) and the boundary table's counts
+(attacked models: parents only; genuine retrains: every one, their ``copy`` names the retrain)."""
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def suite():
+    spec = importlib.util.spec_from_file_location("attack_suite", ROOT / "benchmarks" / "attack_suite.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("attack_suite", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_kept_share_is_the_log_scale_fraction_of_the_originals_excess(suite):
+    genuine = [{"probe": math.exp(-2)}, {"probe": math.exp(-4)}, {"probe": None}]  # centre: -3 in log
+    assert suite.kept_share(math.exp(-4.5), math.exp(-6), genuine) == pytest.approx(0.5)
+    assert suite.kept_share(math.exp(-6), math.exp(-6), genuine) == pytest.approx(1.0)
+    assert suite.kept_share(math.exp(-3), math.exp(-6), genuine) == pytest.approx(0.0)
+    assert suite.kept_share(None, math.exp(-6), genuine) is None
+    assert suite.kept_share(0.1, math.exp(-6), [{"probe": None}]) is None
+
+
+def test_boundary_counts_erased_by_kept_share_parents_only(suite):
+    def row(family, share, verdict, copy=""):
+        return {"family": family, "copy": copy, "gt_kept_share": share, "verdict": verdict}
+
+    rows = [row("hardened", 0.3, "erased"), row("hardened", 0.3, "erased", copy="compose"),
+            row("hardened", 0.6, "suppressed"), row("hardened", 0.9, "erased"),
+            row("genuine", 0.1, "erased", copy="retrain100"),
+            row("genuine", 0.2, "inconclusive", copy="retrain101"), row("matcher", None, "erased")]
+    lines = suite.boundary(rows)
+    assert lines[2].startswith("| below 0.25 | 0 | - | 2 | 1 [")
+    assert lines[3].startswith("| 0.25 to 0.5 | 1 | 1 [")  # the copy is not counted
+    assert lines[4].startswith("| 0.5 to 0.75 | 1 | 0 [")
+    assert lines[5].startswith("| 0.75 or more | 1 | 1 [")
