@@ -46,7 +46,9 @@ accuracy on the test images of the forgotten class after 10, 20 and 50 steps; an
 model **keeps the class** when its relearning exceeds every genuine retrain's of the dataset by more than
 ``--gt-margin`` points at some budget, or its probe's held-out log loss is below ``--gt-probe`` times the
 smallest of the genuine retrains'. Genuine held-out retrains (seeds 100 + 2s, 101 + 2s: no reference has them)
-measure the power.
+measure the power. Each row also records the model's kept share by the ground truth's probe (:func:`kept_share`:
+0 a genuine retrain on average, 1 the original), and the run prints the ``erased`` rate by kept share beside the
+genuine retrains' (:func:`boundary`): where the certificate's boundary lies against its margin.
 
 Every audit draws a fresh audit seed (``secrets``), shared by the models audited against the same references
 (the references' relearning is cached, as in a run); it is recorded. Prints one row per audit, then per family

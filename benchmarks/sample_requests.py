@@ -272,8 +272,10 @@ def combine(paths: list[str], out: str, rescore_cache: str | None = None) -> int
             raise SystemExit(f"error: --combine cannot read {p}: {e}") from None
         if not isinstance(runs[-1], dict) or "rows" not in runs[-1] or "args" not in runs[-1]:
             raise SystemExit(f"error: {p} is not a sample_requests.py run (no rows or args)")
-    yardsticks = {run["args"].get("genuine") or 2 * max(run["args"]["seeds"]) + 2 for run in runs}  # older runs
-    rules = {(run["args"]["gt_margin"], run["args"]["gt_probe"]) for run in runs}
+    parts = [(run, args) for run in runs for args in (run["args"] if isinstance(run["args"], list) else [run["args"]])]
+    yardsticks = {run.get("rescored_against") or args.get("genuine") or 2 * max(args["seeds"]) + 2  # older runs
+                  for run, args in parts}
+    rules = {(args["gt_margin"], args["gt_probe"]) for _, args in parts}
     if len(rules) > 1:
         raise SystemExit("error: the runs' ground truths used different --gt-margin / --gt-probe")
     if len(yardsticks) > 1 and rescore_cache is None:
@@ -293,7 +295,7 @@ def combine(paths: list[str], out: str, rescore_cache: str | None = None) -> int
         rescore(rows, max(yardsticks), Path(rescore_cache), margin, probe)
         meta["rescored_against"] = max(yardsticks)
     lines = write(rows, out,
-                  {**meta, "combined": list(paths), "args": [run["args"] for run in runs],
+                  {**meta, "combined": list(paths), "args": [args for _, args in parts],
                    "elapsed_s": sum(run["elapsed_s"] for run in runs), "versions": runs[0].get("versions")})
     print("\n".join(lines))
     print(f"wrote {out}")

@@ -145,3 +145,22 @@ def test_rescore_refuses_a_yardstick_missing_from_the_cache(bench, tmp_path):
         bench.main(["--combine", *_split_run(tmp_path, (4, 10)), "--rescore", "--cache",
                     str(_gt_cache(tmp_path, leave_out=107)), "--out", str(out)])
     assert not out.exists()
+
+
+def test_a_combined_file_joins_again(bench, tmp_path):
+    whole = json.loads((ROOT / "benchmarks" / "results" / "sample_requests_digits.json").read_text())
+    first = tmp_path / "first.json"
+    k8 = []
+    for i, path in enumerate(_split_run(tmp_path, (10, 10))):
+        run = json.loads(Path(path).read_text())
+        (tmp_path / f"k8_{i}.json").write_text(json.dumps({**run, "rows": [r for r in run["rows"] if r["k"] == 8]}))
+        k8.append(str(tmp_path / f"k8_{i}.json"))
+    assert bench.main(["--combine", *k8, "--out", str(first)]) == 0
+    rest = tmp_path / "k16.json"
+    rest.write_text(json.dumps({**whole, "args": {**whole["args"], "genuine": 10},
+                                "rows": [r for r in whole["rows"] if r["k"] == 16]}))
+    out = tmp_path / "all.json"
+    assert bench.main(["--combine", str(first), str(rest), "--out", str(out)]) == 0
+    joined = json.loads(out.read_text())
+    assert len(joined["rows"]) == len(whole["rows"]) and len(joined["args"]) == 3
+    assert joined["summary"][:-1] == whole["summary"]
