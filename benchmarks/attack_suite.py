@@ -260,52 +260,68 @@ class Attack:
             params += list(self.probe.parameters())
         return torch.optim.Adam(params, lr=self.lr)
 
-    def run(self):
-        """The attacked model (eval mode; canonical form for ``hardened``)."""
-        self.opt = self._optimizer()
+    def _epoch(self, step: int) -> tuple[np.ndarray, int]:
+        """One pass over the retained rows (batches of 128, each with 64 forget rows); the four losses' sums."""
         n_r = len(self.xr)
+        sums = np.zeros(4)
+        order = torch.randperm(n_r, generator=self.g)
+        for i in range(0, n_r, 128):
+            rb = order[i:i + 128]
+            fb = torch.randperm(len(self.xf), generator=self.g)[:64]
+            xr, yr, xf = self.xr[rb], self.yr[rb], self.xf[fb]
+            x = torch.cat([xf, xr])
+            logits, feats = _pooled(self.model, self.layers, x)
+            nf = len(xf)
+            with torch.no_grad():
+                t_logits, t_feats = _pooled(self.teacher, self.layers, x)
+            loss_r = F.cross_entropy(logits[nf:], yr)
+            loss_d = F.kl_div(F.log_softmax(logits[:nf], 1), F.log_softmax(t_logits[:nf], 1), log_target=True,
+                              reduction="batchmean")
+            loss = loss_r + loss_d
+            loss_m = torch.zeros(())
+            if self.match:
+                g = torch.Generator().manual_seed(int(torch.randint(0, 2 ** 31, (1,), generator=self.g)))
+                for layer in self.layers:
+                    f, tf = feats[layer], t_feats[layer]
+                    loss_m = loss_m + (_log_mahalanobis(f[:nf], f[nf:]) - _log_mahalanobis(tf[:nf], tf[nf:])) ** 2
+                    for kernel in ("rbf", "poly2"):
+                        g_state = g.get_state()
+                        own = _log_kfd(f[:nf], f[nf:], kernel, g)
+                        g.set_state(g_state)
+                        loss_m = loss_m + (own - _log_kfd(tf[:nf], tf[nf:], kernel, g)) ** 2
+                loss = loss + 0.5 * loss_m
+            loss_p = torch.zeros(())
+            if self.probe is not None:
+                pen = feats["penultimate"]
+                loss_p = self._probe_loss(pen[:nf], pen[nf:])
+                loss = loss + self.keep_weight * loss_p
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if self.harden and step % 2 == 0:
+                self._harden_step()
+            torch.nn.utils.clip_grad_norm_([p for group in self.opt.param_groups for p in group["params"]], 5.0)
+            self.opt.step()
+            step += 1
+            sums += [loss_r.item(), loss_d.item(), loss_m.item(), loss_p.item()]
+        return sums, step
+
+    def run(self):
+        """The attacked model (eval mode; canonical form for ``hardened``). An attack that diverges (a non-finite
+        loss, or a feature covariance the matching cannot factor) keeps its model from before the failing epoch
+        and stops there, as an attacker would."""
+        self.opt = self._optimizer()
         step = 0
         for epoch in range(self.epochs):
-            sums = np.zeros(4)
-            order = torch.randperm(n_r, generator=self.g)
-            for i in range(0, n_r, 128):
-                rb = order[i:i + 128]
-                fb = torch.randperm(len(self.xf), generator=self.g)[:64]
-                xr, yr, xf = self.xr[rb], self.yr[rb], self.xf[fb]
-                x = torch.cat([xf, xr])
-                logits, feats = _pooled(self.model, self.layers, x)
-                nf = len(xf)
-                with torch.no_grad():
-                    t_logits, t_feats = _pooled(self.teacher, self.layers, x)
-                loss_r = F.cross_entropy(logits[nf:], yr)
-                loss_d = F.kl_div(F.log_softmax(logits[:nf], 1), F.log_softmax(t_logits[:nf], 1), log_target=True,
-                                  reduction="batchmean")
-                loss = loss_r + loss_d
-                loss_m = torch.zeros(())
-                if self.match:
-                    g = torch.Generator().manual_seed(int(torch.randint(0, 2 ** 31, (1,), generator=self.g)))
-                    for layer in self.layers:
-                        f, tf = feats[layer], t_feats[layer]
-                        loss_m = loss_m + (_log_mahalanobis(f[:nf], f[nf:]) - _log_mahalanobis(tf[:nf], tf[nf:])) ** 2
-                        for kernel in ("rbf", "poly2"):
-                            g_state = g.get_state()
-                            own = _log_kfd(f[:nf], f[nf:], kernel, g)
-                            g.set_state(g_state)
-                            loss_m = loss_m + (own - _log_kfd(tf[:nf], tf[nf:], kernel, g)) ** 2
-                    loss = loss + 0.5 * loss_m
-                loss_p = torch.zeros(())
-                if self.probe is not None:
-                    pen = feats["penultimate"]
-                    loss_p = self._probe_loss(pen[:nf], pen[nf:])
-                    loss = loss + self.keep_weight * loss_p
-                self.opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if self.harden and step % 2 == 0:
-                    self._harden_step()
-                torch.nn.utils.clip_grad_norm_([p for group in self.opt.param_groups for p in group["params"]], 5.0)
-                self.opt.step()
-                step += 1
-                sums += [loss_r.item(), loss_d.item(), loss_m.item(), loss_p.item()]
+            good = copy.deepcopy(self.model.state_dict())
+            try:
+                sums, step = self._epoch(step)
+                if not np.isfinite(sums).all():
+                    raise FloatingPointError("a non-finite loss")
+            except (torch.linalg.LinAlgError, FloatingPointError) as e:
+                self.model.load_state_dict(good)
+                self.log(f"    {self.seed} diverged in epoch {epoch + 1} ({e.__class__.__name__}): the model after "
+                         f"epoch {epoch} is kept")
+                break
             if self.harden and (epoch + 1) % 3 == 0:
                 self._canonicalise()
             if epoch == 0 or (epoch + 1) % 4 == 0 or epoch + 1 == self.epochs:

@@ -1,5 +1,6 @@
-"""``benchmarks/attack_suite.py``: the ground truth's kept share (by hand) and the boundary table's counts
-(attacked models: parents only; genuine retrains: every one, their ``copy`` names the retrain)."""
+"""``benchmarks/attack_suite.py``: the ground truth's kept share (by hand), the boundary table's counts
+(attacked models: parents only; genuine retrains: every one, their ``copy`` names the retrain), and an attack
+that diverges keeping its last good epoch."""
 from __future__ import annotations
 
 import importlib.util
@@ -43,3 +44,33 @@ def test_boundary_counts_erased_by_kept_share_parents_only(suite):
     assert lines[3].startswith("| 0.25 to 0.5 | 1 | 1 [")  # the copy is not counted
     assert lines[4].startswith("| 0.5 to 0.75 | 1 | 0 [")
     assert lines[5].startswith("| 0.75 or more | 1 | 1 [")
+
+
+def test_an_attack_that_diverges_keeps_its_last_good_epoch(suite, monkeypatch):
+    import torch
+
+    import unlearnkit as uk
+
+    split = uk.make_split(uk.load_dataset("digits"), uk.ForgetSpec(classes=(3,)))
+    torch.manual_seed(0)
+    ds = split.dataset
+    model = uk.models.zoo.create_model("small_cnn", ds.num_classes, ds.in_channels, ds.image_size).eval()
+    calls = []
+
+    def epoch(self, step):
+        calls.append(step)
+        if len(calls) == 2:
+            raise torch.linalg.LinAlgError("not positive-definite")
+        with torch.no_grad():
+            for p in self.model.parameters():
+                p += 1.0
+        return suite.np.zeros(4), step + 1
+
+    monkeypatch.setattr(suite.Attack, "_epoch", epoch)
+    logged = []
+    out = suite.Attack(model, model, split, seed=0, match=False, keep=None, harden=False, epochs=5,
+                       log=logged.append).run()
+    assert len(calls) == 2 and "diverged in epoch 2" in logged[-1]
+    for name, p in out.state_dict().items():
+        if p.is_floating_point() and name in dict(model.named_parameters()):
+            assert torch.equal(p, dict(model.named_parameters())[name] + 1.0)
