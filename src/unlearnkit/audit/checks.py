@@ -40,7 +40,11 @@ class Measure:
     recovery under attack (the mean probability of the true class after relearning, a head re-fit, BatchNorm
     re-estimation: certified against ``recovery_margin``, else ``kept_margin``); ``flag_values``: (unlearned,
     original, references) on the scale the flag reads when it is not the values' (the log-odds: Gaussian
-    across retrains where probabilities near 0 are skewed)."""
+    across retrains where probabilities near 0 are skewed); ``flags``: False where a deviation is no evidence
+    against a retrain because retrains' own values are heavy-tailed there (relearning at the sweep's longest
+    budget: a genuine retrain lies above a 5-reference Gaussian prediction bound 11-14 % of the time at lr 0.01,
+    not 5 %; ``benchmarks/relearn_spread.py``). Such a statistic is still certified (``erased`` needs it within
+    the margin); it only never flags."""
 
     family: str
     name: str
@@ -56,6 +60,7 @@ class Measure:
     separated: tuple[str, ...] = ()
     recovery: bool = False
     flag_values: tuple | None = None
+    flags: bool = True
 
     @property
     def label(self) -> str:
@@ -143,8 +148,8 @@ def judge_all(measures: list[Measure], config: AuditConfig) -> list[Check]:
         # deviation where it is not is no evidence of keeping the forget data, and there the references' values
         # are where a Gaussian prediction bound is least safe (a genuine retrain's head relearnt for 40 steps
         # reached 0.88 where 8 references reached 0.67-0.82 and the original 1.00: flagged before this rule)
-        live = [i for i in idx if measures[i].decides and ((results[i].status == "ok" and results[i].testable)
-                                                           or _separated(measures[i]))]
+        live = [i for i in idx if measures[i].decides and measures[i].flags and
+                ((results[i].status == "ok" and results[i].testable) or _separated(measures[i]))]
         ps = [(_separated(measures[i]) or ("", results[i].p))[1] for i in live]
         adjusted = dict(zip(live, holm(ps)))
         level = alpha * BUDGET[family]

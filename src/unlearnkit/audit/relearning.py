@@ -27,6 +27,13 @@ steps 69 / 73 / 43, lr 0.03 after 5 steps 4.5 (retrains disagree); mnist5k lr 0.
 11 / 115 / 117, lr 0.005 after 10 / 20 / 40 steps 60 / 53 / 46; lr 0.02 and 0.03 oscillate or diverge on
 mnist5k's canonical copies. Hence lr 0.01 (5, 10, 20 steps) and 0.005 (10, 20 steps).
 
+The sweep's **longest budget certifies but never flags**: there a retrain may take off at random (on mnist5k,
+19 retrains, 3 audit seeds, lr 0.01 after 40 steps: most sit near φ = −1.9 and one reaches +1.0 to +1.4, so a
+genuine retrain lies above a 5-reference Gaussian prediction bound 11-14 % of the time, not the 5 % the flag
+assumes; ``benchmarks/relearn_spread.py``). A genuine retrain (seed 102 against references 1-5) was flagged
+``suppressed`` there before this rule (0.74 where the references read 0.11-0.14). A model there must still be
+within the recovery margin to be certified.
+
 Sample requests (random rows, given indices, flipped labels; issue 43): there is no class to relearn, so the
 forget rows' **own labels** are (for flipped labels: the wrong labels the original memorised): each of
 ``SAMPLE_DRAWS`` draws takes a random half of the forget rows (at most ``SAMPLE_MAX_SHOTS``) as the shots, with
@@ -288,6 +295,13 @@ def raw_relearn(model: nn.Module, plan: RelearnPlan, split, config: AuditConfig,
     return math.nan if got is None else got
 
 
+def flagging_budgets(plan: RelearnPlan) -> set[int]:
+    """The budgets whose statistics may flag: all but the sweep's longest, where retrains take off at random
+    (module docstring); a sweep of one budget flags there."""
+    budgets = {b for _, b in plan.cells()}
+    return budgets - {max(budgets)} if len(budgets) > 1 else budgets
+
+
 def relearning_measures(passes, ctx, plan: RelearnPlan | None) -> tuple[list, dict]:
     """The sweep of ``plan`` on every model as :class:`~unlearnkit.audit.checks.Measure` s (per held-out set and
     cell, mean φ; deciding when every model could be canonicalised), and a report entry (the plan, each model's
@@ -316,11 +330,13 @@ def relearning_measures(passes, ctx, plan: RelearnPlan | None) -> tuple[list, di
     note = ("SGD on canonical copies (no rescaling or permutation of units moves it)" if decides else
             f"SGD on plain copies, reported only: {reasons[0]}")
     u, o, *refs = curves
+    flag_at = flagging_budgets(plan)
     measures = [Measure("relearning", f"relearning lr {lr:g}, {b} steps", name, None, "two", RECOVERY_UNIT,
                         u.prob[(name, lr, b)], o.prob[(name, lr, b)], tuple(r.prob[(name, lr, b)] for r in refs),
                         decides, note, recovery=True,
                         flag_values=(u.phi[(name, lr, b)], o.phi[(name, lr, b)],
-                                     tuple(r.phi[(name, lr, b)] for r in refs)))
+                                     tuple(r.phi[(name, lr, b)] for r in refs)),
+                        flags=b in flag_at)
                 for lr, b in plan.cells() for name in plan.sets()]
     report = {"plan": plan.describe(), "canonical": decides, "note": note,
               "accuracy": {role: {f"{name} lr {lr:g} {b} steps": c.acc[(name, lr, b)]

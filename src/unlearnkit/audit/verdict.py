@@ -318,8 +318,11 @@ def not_equivalent(m: Measurements) -> Decision | None:
     need = _need(open_) if all(references_to_certify(c.result) for c in open_) else None
     tail = (f"; about {need} references would decide, if the values stayed as measured" if need else
             "; its kept fraction is itself near or beyond the margin: more references would not decide")
+    margins = sorted({c.result.margin for c in open_})  # a recovery's margin is recovery_margin, not kept_margin
+    what = f"its margin ({margins[0]:g})" if len(margins) == 1 else \
+        f"their margins ({', '.join(f'{v:g}' for v in margins)})"
     return Decision("inconclusive", [
-        f"not shown to keep less than {m.config.kept_margin:g} of the original's excess at "
+        f"not shown to keep less than {what} of the original's excess at "
         f"{len(open_)} of {len(m.testable)} testable statistics ({_families(open_)}); e.g. {describe(worst)}"
         + tail] + untested_lines(m), references_needed=need)
 

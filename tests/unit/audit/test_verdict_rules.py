@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -112,6 +113,32 @@ def test_the_flag_reads_the_log_odds_where_given_and_must_be_material():
                      flag_values=(-4.0, 9.0, log_refs))
     c = judge_all([small], AuditConfig())[0]
     assert c.result.p_above < 1e-4 and c.flag == "" and c.within
+
+
+def test_a_statistic_that_does_not_flag_still_must_certify():
+    # relearning at the sweep's longest budget: a genuine retrain may take off there at random (mnist5k, 0.74
+    # where five references read 0.11-0.14), so it certifies but never flags, and leaves Holm's family
+    refs, log_refs = (0.11, 0.12, 0.14, 0.13, 0.12), (-2.1, -2.0, -1.8, -1.9, -2.0)
+    took_off = dict(recovery=True, refs=refs, original=0.99, flag_values=(1.05, 4.6, log_refs))
+    flagging = judge_all([_measure("relearning", "relearning lr 0.01, 40 steps", 0.74, **took_off)], AuditConfig())[0]
+    assert flagging.flag == "above"
+    quiet = judge_all([_measure("relearning", "relearning lr 0.01, 40 steps", 0.74, flags=False, **took_off)],
+                      AuditConfig())[0]
+    assert quiet.flag == "" and quiet.p_holm == 1.0 and quiet.testable and not quiet.within
+    d = decide(_m(_all_within(0.0) + [quiet.measure]))
+    assert d.verdict == "inconclusive" and any("not shown to keep less than its margin (0.1)" in e for e in d.evidence)
+    assert decide(_m(_all_within(0.0) + [replace(quiet.measure, unlearned=0.12)])).verdict == "erased"
+
+
+def test_relearning_flags_everywhere_but_the_longest_budget():
+    from unlearnkit.audit.relearning import Draw, RelearnPlan, flagging_budgets
+
+    def plan(sweep):
+        return RelearnPlan((Draw(np.arange(2), np.arange(2), np.arange(2, 4)),), np.zeros(0, dtype=np.int64),
+                           sweep, 0)
+
+    assert flagging_budgets(plan(((0.01, (5, 10, 20, 40)), (0.005, (10, 20, 40))))) == {5, 10, 20}
+    assert flagging_budgets(plan(((0.01, (10,)),))) == {10}
 
 
 def test_untestable_statistics_never_decide_erased_alone():
