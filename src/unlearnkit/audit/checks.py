@@ -98,7 +98,7 @@ class Check:
                 "margin": r.margin, "flag_bounds": [_finite(r.flag_low), _finite(r.flag_high)],
                 "p": r.p, "p_holm": self.p_holm, "flag": self.flag or None, "testable": self.testable,
                 "within": self.within, "status": r.status, "unmeasured": self.unmeasured,
-                "separated": list(m.separated) or None}
+                "separated": list(m.separated) or None, "can_flag": m.flags}
 
 
 def _finite(v: float):

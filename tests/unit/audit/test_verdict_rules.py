@@ -125,6 +125,7 @@ def test_a_statistic_that_does_not_flag_still_must_certify():
     quiet = judge_all([_measure("relearning", "relearning lr 0.01, 40 steps", 0.74, flags=False, **took_off)],
                       AuditConfig())[0]
     assert quiet.flag == "" and quiet.p_holm == 1.0 and quiet.testable and not quiet.within
+    assert quiet.to_dict()["can_flag"] is False and flagging.to_dict()["can_flag"] is True  # audit.json says so
     d = decide(_m(_all_within(0.0) + [quiet.measure]))
     assert d.verdict == "inconclusive" and any("not shown to keep less than its margin (0.1)" in e for e in d.evidence)
     assert decide(_m(_all_within(0.0) + [replace(quiet.measure, unlearned=0.12)])).verdict == "erased"
