@@ -327,6 +327,8 @@ def main(argv=None) -> int:
                    "--cache)")
     p.add_argument("--out", default=str(RESULTS))
     a = p.parse_args(argv)
+    if a.rescore and not a.combine:
+        p.error("--rescore only applies with --combine")
     if a.combine:
         return combine(a.combine, a.out, a.cache if a.rescore else None)
     if a.quick:

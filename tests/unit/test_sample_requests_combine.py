@@ -164,3 +164,9 @@ def test_a_combined_file_joins_again(bench, tmp_path):
     joined = json.loads(out.read_text())
     assert len(joined["rows"]) == len(whole["rows"]) and len(joined["args"]) == 3
     assert joined["summary"][:-1] == whole["summary"]
+
+
+def test_rescore_without_combine_is_one_usage_error(bench, capsys):
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--rescore"])
+    assert e.value.code == 2 and "--rescore only applies with --combine" in capsys.readouterr().err

@@ -309,6 +309,12 @@ def inside_untested(m: Measurements) -> Decision | None:
         + untested_lines(m), references_needed=need)
 
 
+def _margins(cs: list[Check]) -> list[str]:
+    """The margins ``cs`` were judged against, largest first: ``kept_margin``, and ``recovery_margin`` for a
+    recovery under relearning or re-fitting."""
+    return [f"{v:g}" for v in sorted({c.result.margin for c in cs}, reverse=True)]
+
+
 def not_equivalent(m: Measurements) -> Decision | None:
     open_ = [c for c in m.testable if not c.within]
     if not open_:
@@ -318,9 +324,8 @@ def not_equivalent(m: Measurements) -> Decision | None:
     need = _need(open_) if all(references_to_certify(c.result) for c in open_) else None
     tail = (f"; about {need} references would decide, if the values stayed as measured" if need else
             "; its kept fraction is itself near or beyond the margin: more references would not decide")
-    margins = sorted({c.result.margin for c in open_})  # a recovery's margin is recovery_margin, not kept_margin
-    what = f"its margin ({margins[0]:g})" if len(margins) == 1 else \
-        f"their margins ({', '.join(f'{v:g}' for v in margins)})"
+    ms = _margins(open_)
+    what = f"its margin ({ms[0]})" if len(ms) == 1 else f"their margins ({', '.join(ms)})"
     return Decision("inconclusive", [
         f"not shown to keep less than {what} of the original's excess at "
         f"{len(open_)} of {len(m.testable)} testable statistics ({_families(open_)}); e.g. {describe(worst)}"
@@ -331,9 +336,8 @@ def erased(m: Measurements) -> Decision:
     testable = m.testable
     layers = certified_layers(m)
     best = {fam: [c for c in testable if c.measure.family == fam] for fam in ("output", *INSIDE)}
-    margins = sorted({c.result.margin for c in testable}, reverse=True)
-    what = f"{margins[0]:g}" if len(margins) == 1 else \
-        f"{margins[0]:g} ({', '.join(f'{v:g}' for v in margins[1:])} for a recovery under relearning or re-fitting)"
+    ms = _margins(testable)
+    what = ms[0] if len(ms) == 1 else f"{ms[0]} ({', '.join(ms[1:])} for a recovery under relearning or re-fitting)"
     lines = [f"certified: all {len(testable)} testable statistics keep less than {what} of the "
              f"original's excess over the references (95 % intervals inside the margin): {_families(testable)}"]
     if layers:
