@@ -34,6 +34,12 @@ R*; trained on the training split only):
   canonical copies);
 * ``hardened_keep3``, ``hardened_keep10``: ``hardened`` with its kept probe's loss weighted 3 and 10 times (the
   attacker pushing to keep more of the class while passing every check: where the certificate's boundary lies);
+* ``hardened_indist``, ``hardened_indist_keep3``: against the rule that a model told apart from the references
+  (beyond their prediction bound, by less than the margin) is not ``erased``: ``hardened`` (kept probe weighted 1
+  and 3) also matching the output's mean confidence φ on each batch's forget rows to R*'s, and handed in with its
+  BatchNorm naturalised (:func:`naturalise_bn`: running statistics set to the retained rows' own, function
+  unchanged) rather than canonical, so that re-estimating BatchNorm changes almost nothing, as for a model
+  trained normally;
 * ``kept_stage``: the original's first two stages frozen, the rest fine-tuned as the distiller;
 * ``mean_matched``: issue 28's attack (``attack_mean_matched.mean_matched``);
 * every family's bit-identical copies (``attack_reparam.copies``: units rescaled by powers of two up to 2^±120,
@@ -75,7 +81,8 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "attack_suite.json"
 MODEL = "small_cnn"
 FAMILIES = ("masked", "soft_masked", "bn_masked", "head_retrained", "output_forger", "distiller", "matcher",
-            "cov_keeper", "hardened", "kept_stage", "mean_matched", "hardened_keep3", "hardened_keep10")
+            "cov_keeper", "hardened", "kept_stage", "mean_matched", "hardened_keep3", "hardened_keep10",
+            "hardened_indist", "hardened_indist_keep3")
 GT_STEPS = (10, 20, 50)
 GT_SEEDS = (917_000, 917_001, 917_002)  # the ground truth's shot draws: never an audit's
 
@@ -191,7 +198,7 @@ class Attack:
 
     def __init__(self, original, retrain, split, *, seed: int, match: bool, keep: str | None, harden: bool,
                  freeze: tuple[str, ...] = (), epochs: int = 12, lr: float = 3e-4, keep_weight: float = 1.0,
-                 log=None) -> None:
+                 indist: bool = False, log=None) -> None:
         import unlearnkit as uk
 
         self.model = copy.deepcopy(original).eval()
@@ -199,6 +206,7 @@ class Attack:
         self.split, self.seed, self.match, self.keep, self.harden = split, seed, match, keep, harden
         self.layers = uk.audit_layers(self.model)
         self.freeze, self.epochs, self.lr, self.keep_weight = freeze, epochs, lr, keep_weight
+        self.indist = indist
         self.log = log or (lambda text: print(text, flush=True))
         self.g = torch.Generator().manual_seed(seed)
         self.xf, self.yf = _rows(split.train_forget)
@@ -277,6 +285,10 @@ class Attack:
             loss_r = F.cross_entropy(logits[nf:], yr)
             loss_d = F.kl_div(F.log_softmax(logits[:nf], 1), F.log_softmax(t_logits[:nf], 1), log_target=True,
                               reduction="batchmean")
+            if self.indist:  # the output's mean confidence on the forget rows: R*'s, batch by batch
+                yf = self.yf[fb]
+                loss_d = loss_d + (_phi(logits[:nf], yf).clamp(-30, 30).mean()
+                                   - _phi(t_logits[:nf], yf).clamp(-30, 30).mean()) ** 2
             loss = loss_r + loss_d
             loss_m = torch.zeros(())
             if self.match:
@@ -330,9 +342,44 @@ class Attack:
                          f"matching {sums[2]:.2f}, kept probe {sums[3]:.2f}")
         if self.harden:
             self._canonicalise()
+        if self.indist:
+            naturalise_bn(self.model, self.xr)
         for p in self.model.parameters():
             p.requires_grad_(True)
         return self.model.eval()
+
+
+def naturalise_bn(model, x: torch.Tensor) -> None:
+    """In place, function-preserving: every eval-mode BatchNorm's running statistics set to its inputs' actual
+    mean and variance on ``x`` (the retained rows), its affine parameters compensating, so that re-estimating the
+    statistics on retained rows (the audit's BatchNorm check) changes almost nothing, as for a model trained
+    normally; a canonical copy's BatchNorm (running mean 0, variance 1 − eps) would compute another function."""
+    bns = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    seen: dict = {}
+
+    def hook(mod, inp, out):
+        z = inp[0].double()
+        dims = [0, 2, 3] if z.dim() == 4 else [0]
+        seen[mod] = (z.mean(dims), z.var(dims, unbiased=False))
+
+    model.eval()
+    handles = [b.register_forward_hook(hook) for b in bns]
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    with torch.no_grad():
+        for b in bns:
+            mu, var = seen[b]
+            scale = b.weight.double() / (b.running_var.double() + b.eps).sqrt()
+            shift = b.bias.double() - scale * b.running_mean.double()  # BN(z) = scale z + shift
+            sd = (var + b.eps).sqrt()
+            b.running_mean.copy_(mu)
+            b.running_var.copy_(var)
+            b.weight.copy_(scale * sd)
+            b.bias.copy_(shift + scale * mu)
 
 
 def output_forger(original, retrain, split):
@@ -403,8 +450,10 @@ def build(family: str, original, retrain, split, seed: int, log=print):
     if family == "cov_keeper":
         return Attack(original, retrain, split, match=True, keep="quadratic", harden=False, **kw).run()
     if family.startswith("hardened"):
-        weight = float(family.removeprefix("hardened_keep")) if family != "hardened" else 1.0
-        return Attack(original, retrain, split, match=True, keep="mlp", harden=True, keep_weight=weight, **kw).run()
+        indist = family.startswith("hardened_indist")
+        rest = family.removeprefix("hardened_indist" if indist else "hardened").removeprefix("_keep")
+        return Attack(original, retrain, split, match=True, keep="mlp", harden=True, keep_weight=float(rest or 1),
+                      indist=indist, **kw).run()
     if family == "kept_stage":
         return Attack(original, retrain, split, match=False, keep=None, harden=False, freeze=("block1", "block2"),
                       **kw).run()

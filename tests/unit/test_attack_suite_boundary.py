@@ -74,3 +74,44 @@ def test_an_attack_that_diverges_keeps_its_last_good_epoch(suite, monkeypatch):
     for name, p in out.state_dict().items():
         if p.is_floating_point() and name in dict(model.named_parameters()):
             assert torch.equal(p, dict(model.named_parameters())[name] + 1.0)
+
+
+def test_naturalising_batchnorm_keeps_the_function_and_makes_re_estimation_a_no_op(suite):
+    """The adaptive attack's last step: a canonical copy (BatchNorm folded: running mean 0, variance 1 - eps)
+    computes another function once its statistics are re-estimated; naturalised, the same function, and
+    re-estimating on the same rows changes the logits by rounding only."""
+    import copy
+
+    import torch
+
+    from unlearnkit.audit.canonical import canonicalize
+    from unlearnkit.models.zoo import create_model
+
+    torch.manual_seed(0)
+    model = create_model("small_cnn", num_classes=10, in_channels=1, image_size=8).eval()
+    x = torch.randn(256, 1, 8, 8)
+    with torch.no_grad():  # non-trivial running statistics, as after training
+        model.train()
+        model(x)
+        model.eval()
+    canon, why = canonicalize(model)
+    assert why is None
+
+    def re_estimated(m):
+        m = copy.deepcopy(m)
+        for b in m.modules():
+            if isinstance(b, torch.nn.modules.batchnorm._BatchNorm):
+                b.reset_running_stats()
+                b.momentum = None
+        m.train()
+        with torch.no_grad():
+            m(x)
+        return m.eval()
+
+    with torch.no_grad():
+        before = canon(x)
+        assert not torch.allclose(re_estimated(canon)(x), before, atol=1e-3)  # canonical: another function
+        nat = copy.deepcopy(canon)
+        suite.naturalise_bn(nat, x)
+        assert torch.allclose(nat(x), before, atol=1e-4)
+        assert torch.allclose(re_estimated(nat)(x), before, atol=1e-3)

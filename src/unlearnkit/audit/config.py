@@ -130,7 +130,9 @@ class AuditConfig:
     less than half of what the original holds), which the references' spread widens the interval of, never
     the margin. A statistic is testable where the original is far enough from the references for a genuine
     retrain to be certified (the positive control with power); ``erased`` needs every testable statistic
-    certified, on both audit data, at least one at the output and one inside the model. ``CALIBRATION``
+    certified, on both audit data, at least one at the output and one inside the model, and none **told apart**
+    (beyond the flag's bound by less than the margin: not flagged, not erased; recovering less than the
+    references does not count). ``CALIBRATION``
     lists the measurements behind the sweep and the margin.
 
     Reported beside them, read by no rule: the separability ratio U_unlearned / mean U_references with an

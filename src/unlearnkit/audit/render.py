@@ -29,7 +29,8 @@ EXPLAIN = [
                "data. 'kept [CI]' is the kept fraction (unlearned − references' mean) / (original − references' mean) "
                "with its 95 % interval (0 = like the references, 1 = like the original); 'certified' = the interval "
                "lies inside ± the margin (kept_margin); 'flagged above/below' = beyond the references' prediction "
-               "bound (Holm within the family); 'cannot test' = the original is not far enough from the references, "
+               "bound (Holm within the family) by more than the margin; 'told apart above/below' = beyond that bound by less "
+               "than the margin (not flagged, not erased); 'cannot test' = the original is not far enough from the references, "
                "relative to their spread, for a retrain to be certified there"),
     ("separability (check)", "log U, the Gaussian-unbiased Mahalanobis distance Δμᵀ Σ_w⁻¹ Δμ of forget vs retained "
                              "features at a layer, floored at its own noise level; no rescaling, permutation or "
@@ -295,7 +296,8 @@ def audit_html(report: AuditReport) -> str:
         "<h2>Evidence</h2><ul>" + "".join(f"<li>{html.escape(e)}</li>" for e in d["evidence"]) + "</ul>",
         f"<img alt='kept fraction per check' src='data:image/png;base64,{figs['kept']}'>",
         "<p>What the verdict reads: every testable check's kept fraction (0 = like the retrained references, 1 = "
-        "like the original) with its 95 % interval; erased needs every interval inside the green band.</p>",
+        "like the original) with its 95 % interval; erased needs every interval inside the green band and "
+        "none told apart from the references.</p>",
         ("<h2>What the verdict reads</h2>" + html_table(*check_rows(d))) if check_rows(d) else "",
         ("<h2>Relearning (accuracy, reported)</h2>" + html_table(*relearning_rows(d))) if relearning_rows(d) else "",
         ("<h2>References</h2>" + html_table(*reference_rows(d))) if reference_rows(d) else "",

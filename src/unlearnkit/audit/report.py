@@ -86,7 +86,8 @@ RULE_NOTE = ("every deciding statistic is measured the same way on the unlearned
              "of 1 - confidence (suppressed above inside the model, not_forgotten above at the output, overforgotten "
              "below); erased: every testable statistic's kept fraction (u - mean of references) / (original - mean "
              "of references) inside (-kept_margin, kept_margin) by two one-sided t tests at 1 - confidence, on both "
-             "audit data, at least one testable at the output and one inside the model")
+             "audit data, at least one testable at the output and one inside the model, and none told apart (beyond "
+             "the flag's bound by less than the margin; below on a recovery statistic does not count)")
 
 
 def verdict_line(verdict: str, utility: dict | None) -> str:

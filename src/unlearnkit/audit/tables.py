@@ -51,9 +51,12 @@ def layer_rows(d: dict) -> tuple[list[str], list[list[str]]]:
 
 
 def check_state(c: dict) -> str:
-    """What a check says, in a word or two: flagged above / below, certified, not shown, cannot test, reported."""
+    """What a check says, in a word or two: flagged above / below, told apart above / below (certified within the
+    margin, yet beyond the references' bound: not erased), certified, not shown, cannot test, reported."""
     if c.get("flag"):
         return f"flagged {c['flag']}"
+    if c.get("deviates") and c.get("testable"):
+        return f"told apart {c['deviates']}"
     if not c.get("decides", True):
         return "reported"
     if c.get("unmeasured"):

@@ -26,7 +26,10 @@ first that returns a :class:`Decision` wins:
 9. :func:`inside_untested`: no statistic that looks inside the model is testable (the same).
 10. :func:`not_equivalent`: some testable statistic's kept fraction is not shown to lie inside
     (−margin, margin): names it, its interval, and how many references would decide.
-11. :func:`erased`: an intersection-union test: **every** testable statistic of every family, on both audit
+11. :func:`distinguishable`: every testable statistic certified, but some lies beyond the references' prediction
+    bound (Holm, the family's share of the budget) by less than its margin: told apart from retrains, so not
+    ``erased`` (a genuine retrain reads so in at most the false-flag budget of audits).
+12. :func:`erased`: an intersection-union test: **every** testable statistic of every family, on both audit
     data, certified (its kept fraction's interval inside the margin), at least one at the output and one
     inside; it names what it certifies and what it could not test.
 
@@ -332,6 +335,22 @@ def not_equivalent(m: Measurements) -> Decision | None:
         + tail] + untested_lines(m), references_needed=need)
 
 
+def distinguishable(m: Measurements) -> Decision | None:
+    """Certified within the margins, yet told apart from the references by some testable statistic: beyond their
+    prediction bound (Holm, the family's share of the budget) by less than the margin. ``erased`` says
+    indistinguishable from retrain, so it is not certified (a genuine retrain reads so in at most the false-flag
+    budget of audits)."""
+    off = [c for c in m.testable if c.deviates]
+    if not off:
+        return None
+    worst = min(off, key=lambda c: c.p_holm)
+    return Decision("inconclusive", [
+        f"told apart from the references at {len(off)} of {len(m.testable)} testable statistics ({_families(off)}), "
+        f"though each keeps less than its margin: e.g. {describe(worst)}, {worst.deviates} the references' "
+        f"prediction bound (Holm p = {worst.p_holm:.2g}); erased needs indistinguishable from retrain"]
+        + untested_lines(m))
+
+
 def erased(m: Measurements) -> Decision:
     testable = m.testable
     layers = certified_layers(m)
@@ -354,7 +373,7 @@ def erased(m: Measurements) -> Decision:
 
 RULES: tuple[Callable[[Measurements], Decision | None], ...] = (
     collapsed, not_forgotten, suppressed, overforgotten, too_few, too_few_references, unmeasured, output_untested,
-    inside_untested, not_equivalent, erased)
+    inside_untested, not_equivalent, distinguishable, erased)
 
 
 def decide(m: Measurements) -> Decision:

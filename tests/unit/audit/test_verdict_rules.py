@@ -13,6 +13,7 @@ from unlearnkit.audit.verdict import (
     RULES,
     collapsed,
     decide,
+    distinguishable,
     erased,
     inside_untested,
     measurements,
@@ -52,7 +53,7 @@ def _m(measures, out_u=OUT, out_r=OUT, n_forget=100, n_refs=5, utility=None, con
 
 def test_the_rules_run_in_the_documented_order():
     assert RULES == (collapsed, not_forgotten, suppressed, overforgotten, too_few, too_few_references, unmeasured,
-                     output_untested, inside_untested, not_equivalent, erased)
+                     output_untested, inside_untested, not_equivalent, distinguishable, erased)
 
 
 def test_holm_adjusted_p_values_by_hand():
@@ -112,7 +113,34 @@ def test_the_flag_reads_the_log_odds_where_given_and_must_be_material():
     small = _measure("relearning", "relearning lr 0.01, 10 steps", 0.012, recovery=True, refs=refs,
                      flag_values=(-4.0, 9.0, log_refs))
     c = judge_all([small], AuditConfig())[0]
-    assert c.result.p_above < 1e-4 and c.flag == "" and c.within
+    assert c.result.p_above < 1e-4 and c.flag == "" and c.within and c.deviates == "above"
+
+
+def test_a_model_told_apart_from_the_references_within_the_margin_is_not_erased():
+    """``erased`` says indistinguishable from retrain: every testable statistic certified, and none beyond the
+    references' prediction bound (Holm), material or not; below on a recovery statistic does not count (less
+    recovery is no evidence of keeping; re-estimated BatchNorm there depends on how BatchNorm is parametrised)."""
+    refs, log_refs = (0.0, 0.004, 0.002, 0.001, 0.003), (-6.0, -5.9, -6.1, -6.05, -5.95)
+    small = _measure("relearning", "relearning lr 0.01, 10 steps", 0.012, recovery=True, refs=refs,
+                     flag_values=(-4.0, 9.0, log_refs))
+    d = decide(_m(_all_within(0.0) + [small]))
+    assert d.verdict == "inconclusive"
+    assert any(e.startswith("told apart from the references at 1 of 5 testable statistics (relearning") and
+               "above the references' prediction bound" in e for e in d.evidence)
+    assert distinguishable(_m(_all_within(0.0))) is None
+    bn = _measure("batchnorm", "BatchNorm re-estimated", 0.0, recovery=True, refs=refs,
+                  flag_values=(-12.0, 9.0, log_refs))
+    c = judge_all([bn], AuditConfig())[0]
+    assert c.result.p_below < 1e-4 and c.deviates == "" and c.flag == "" and c.within
+    assert c.to_dict()["deviates"] is None
+    assert decide(_m(_all_within(0.0) + [bn])).verdict == "erased"
+    below = _measure("relearning", "relearning lr 0.01, 10 steps", 0.0, recovery=True, refs=refs,
+                     flag_values=(-12.0, 9.0, log_refs))
+    assert judge_all([below], AuditConfig())[0].deviates == ""  # recovering less: no evidence of keeping
+    sure = _measure("output", "output confidence", -0.8, original=10.0)  # refs 0 ± 0.08: more sure than any
+    c = judge_all([sure], AuditConfig())[0]
+    assert c.deviates == "below" and c.flag == "" and c.within and c.to_dict()["deviates"] == "below"
+    assert decide(_m(_all_within(0.0)[1:] + [sure])).verdict == "inconclusive"
 
 
 def test_a_statistic_that_does_not_flag_still_must_certify():
@@ -229,14 +257,14 @@ def test_not_equivalent_names_the_statistic_and_how_many_references_would_decide
 def test_a_family_flags_a_genuine_retrain_at_most_at_its_share():
     """Simulated: 24 correlated comparisons in one family (a layer's statistics on both audit data), K = 5
     Gaussian references and a genuine retrain drawn afresh each trial: Holm at the family's share (1/4 of 5 %)
-    flags at most 1.25 % (+ Monte Carlo error)."""
+    tells it apart (material or not) at most 1.25 % of the time (+ Monte Carlo error)."""
     rng = np.random.default_rng(0)
     cfg, n, rho, flags, trials = AuditConfig(), 24, 0.5, 0, 1500
     cov = np.full((n, n), rho) + (1 - rho) * np.eye(n)
     for _ in range(trials):
         draws = rng.multivariate_normal(np.zeros(n), cov, size=6)
         ms = [_measure("relearning", f"c{j}", draws[5, j], original=20.0, refs=draws[:5, j]) for j in range(n)]
-        flags += any(c.flag for c in judge_all(ms, cfg))
+        flags += any(c.deviates for c in judge_all(ms, cfg))  # told apart (a flag is also material)
     assert flags / trials <= 0.0125 + 3 * math.sqrt(0.0125 * 0.9875 / trials)
 
 
@@ -259,3 +287,15 @@ def test_a_sample_request_certified_without_the_representation_says_what_it_rest
     assert "no layer's representation could be tested" in line
     # a class request, or a sample request whose representation was tested, carries no such line
     assert not any(e.startswith("sample request:") for e in decide(_m(_all_within())).evidence)
+
+
+def test_the_report_says_told_apart_where_a_certified_check_lies_beyond_the_bound():
+    from unlearnkit.audit.tables import check_state
+
+    refs, log_refs = (0.0, 0.004, 0.002, 0.001, 0.003), (-6.0, -5.9, -6.1, -6.05, -5.95)
+    small = _measure("relearning", "relearning lr 0.01, 10 steps", 0.012, recovery=True, refs=refs,
+                     flag_values=(-4.0, 9.0, log_refs))
+    within = _measure("relearning", "relearning lr 0.01, 10 steps", 0.002, recovery=True, refs=refs,
+                      flag_values=(-6.0, 9.0, log_refs))
+    told, quiet = (judge_all([m], AuditConfig())[0].to_dict() for m in (small, within))
+    assert check_state(told) == "told apart above" and check_state(quiet) == "certified"
