@@ -10,7 +10,10 @@ flag) and Holm's step-down correction within each family at the family's share o
 audit at most 1 − ``confidence`` (Bonferroni across families). Only testable statistics flag (the positive
 control: the original is far from the references there), and only they enter Holm's family; and a flag must be
 material: the kept fraction's estimate beyond the margin (a deviation that is significant against references
-that happen to agree closely, but smaller than the margin, is no evidence of keeping the forget data).
+that happen to agree closely, but smaller than the margin, is no evidence of keeping the forget data). Such a
+deviation is still recorded (``Check.deviates``, "told apart"): the model can be told from retrains there, so the
+verdict does not certify it either (:func:`unlearnkit.audit.verdict.distinguishable`), except below the references
+on a recovery statistic.
 
 Families: ``output`` (the model's own outputs on the forget rows), ``representation`` (every audited layer),
 ``relearning`` (whole-model SGD from shots), ``heads`` (a head re-fitted or relearnt on frozen features) and
