@@ -37,14 +37,12 @@ HERE = Path(__file__).resolve().parent
 FAMILIES = ("hardened", "hardened_keep3", "hardened_keep10")
 
 
-def flag(u: float, refs: list[float], alpha: float) -> bool:
-    """u beyond the references' one-sided Gaussian prediction bound at level ``alpha``."""
-    from scipy import stats
+def flag(u: float, original: float, refs: list[float], alpha: float) -> bool:
+    """u above the references' one-sided Gaussian prediction bound at level ``alpha`` (the audit's rule,
+    :func:`unlearnkit.metrics.equivalence.judge`, one check, no Holm step)."""
+    from unlearnkit.metrics.equivalence import judge
 
-    k = len(refs)
-    r = np.asarray(refs, dtype=float)
-    bound = r.mean() + stats.t.ppf(1 - alpha, k - 1) * r.std(ddof=1) * math.sqrt(1 + 1 / k)
-    return bool(u > bound)
+    return judge(u, original, refs, margin=0.5, sides="upper", flag_level=alpha).flag == "above"
 
 
 def seed_rows(s: int, a, split, S, log=print) -> dict:
@@ -93,11 +91,11 @@ def table(results: list[dict], ks: list[int], S) -> list[str]:
                 centre = float(np.mean(refs))
                 for g in r["genuine"]:
                     gn += 1
-                    gf += flag(g["value"], refs, alpha)
+                    gf += flag(g["value"], r["original"], refs, alpha)
                 for v in r["attacked"].values():
                     if v["keeps_class"]:
                         kn += 1
-                        kf += flag(v["value"], refs, alpha)
+                        kf += flag(v["value"], r["original"], refs, alpha)
                         kept.append((v["value"] - centre) / (r["original"] - centre))
             lines.append(f"| {k} | {alpha:g} | {kf}/{kn} {cp(kf, kn)} | {gf}/{gn} {cp(gf, gn)} | "
                          f"{np.median(kept):+.2f} |" if kept else f"| {k} | {alpha:g} | 0/0 | {gf}/{gn} | - |")
