@@ -80,6 +80,7 @@ import torch.nn.functional as F
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "attack_suite.json"
 MODEL = "small_cnn"
+DEFAULT_CACHE = Path.home() / ".cache" / "unlearnkit" / "attacks"
 FAMILIES = ("masked", "soft_masked", "bn_masked", "head_retrained", "output_forger", "distiller", "matcher",
             "cov_keeper", "hardened", "kept_stage", "mean_matched", "hardened_keep3", "hardened_keep10",
             "hardened_indist", "hardened_indist_keep3")
@@ -595,7 +596,7 @@ def run_seed(dataset: str, seed: int, a, rows: list[dict], genuine_gt: dict, log
         gt = {"relearn": gt_relearn(m, split), "probe": gt_probe(m, split, seed), "build_s": secs}
         cases.append((family, "", m, gt))
         if a.rescaled:
-            for tag, c in sibling("attack_reparam").copies(m, seed).items():
+            for tag, c in sibling("attack_reparam").copies(m, seed, exact=True).items():
                 if tag in ("scale120@penultimate", "compose"):
                     cases.append((family, tag, c, gt))
     layers = audit_layers(original)
@@ -726,7 +727,7 @@ def main(argv=None) -> int:
                                                                    "genuine retrain's")
     p.add_argument("--gt-probe", type=float, default=0.75, help="ground truth: probe loss below this x the genuine "
                                                                  "retrains' smallest")
-    p.add_argument("--cache", default=str(Path.home() / ".cache" / "unlearnkit" / "attacks"))
+    p.add_argument("--cache", default=str(DEFAULT_CACHE))
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="digits, seed 0, K = 5, four families")
     p.add_argument("--out", default=str(RESULTS))

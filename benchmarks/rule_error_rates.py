@@ -16,9 +16,10 @@ value keeps a fraction κ of that excess. Per cell (K references, excess, margin
   BatchNorm) are certified on the mean probability of the true class, which is skewed near 0 for retrains; the
   same rates with the references' values drawn as sigmoid(N(log-odds)) instead of Gaussian;
 * **a family's false flags**: 24 correlated comparisons (ρ = 0.5) of one family, a genuine retrain and K
-  references drawn afresh, Holm at the family's share of the budget (1/4 of 5 %): the share of trials with any
-  flag, and with any check told apart from the references (material or not: what keeps a genuine retrain from
-  ``erased``; at most 1.25 %).
+  references drawn afresh, Holm at the family's share (1/4) of the flag's budget (5 %) and of the told-apart
+  level (``AuditConfig.told_apart_level``, 0.2): the share of trials with any flag (at most 1.25 %), and with any
+  check told apart from the references (material or not: what keeps a genuine retrain from ``erased``; at most
+  5 %).
 
 Writes ``benchmarks/results/rule_error_rates.json`` (atomically).
 """
@@ -35,6 +36,7 @@ import numpy as np
 
 from unlearnkit.audit import AuditConfig
 from unlearnkit.audit.checks import Measure, judge_all
+from unlearnkit.audit.config import BUDGET
 from unlearnkit.metrics.equivalence import judge
 
 OUT = Path(__file__).resolve().parent / "results" / "rule_error_rates.json"
@@ -120,13 +122,18 @@ def main(argv=None) -> int:
         print(f"probability scale, K={k}, margin 0.1: certified at +δ {100 * s['boundary_upper']['certified']:.2f} %, "
               f"retrain {100 * s['retrain']['certified']:.1f} %")
     flags = {k: family_flags(k, a.trials // 4, rng) for k in (3, 5, 8)}
+    cfg = AuditConfig()
+    flag_share = (1 - cfg.confidence) * BUDGET["relearning"]
+    told_share = cfg.told_apart_level * BUDGET["relearning"]
     for k, f in flags.items():
         print(f"a family of 24 comparisons (rho 0.5), K={k}: a genuine retrain flagged in {100 * f['flagged']:.2f} % "
-              f"of trials, told apart (not erased) in {100 * f['told_apart']:.2f} % (share of the budget: 1.25 %)")
+              f"of trials (share of the budget: {100 * flag_share:.2f} %), told apart (not erased) in "
+              f"{100 * f['told_apart']:.2f} % (share of told_apart_level: {100 * told_share:.2f} %)")
     from unlearnkit.checkpoints import atomic_write_text
 
     payload = {"trials": a.trials, "seed": a.seed, "cells": rows, "probability_scale": skew,
-               "family_false_flags": flags, "elapsed_s": time.perf_counter() - t0}
+               "family_false_flags": flags, "family_shares": {"flag": flag_share, "told_apart": told_share},
+               "elapsed_s": time.perf_counter() - t0}
     atomic_write_text(a.out, json.dumps(payload, indent=1) + "\n")
     print(f"wrote {a.out} ({time.perf_counter() - t0:.0f} s)")
     return 0

@@ -209,7 +209,7 @@ def run_seed(task: str, seed: int, a, rows: list[dict], genuine_gt: dict, log=pr
         gt = {**ground_truth(m, split, seed), "build_s": secs}
         cases.append((family, "", m, gt))
         if a.rescaled:
-            for tag, c in s.sibling("attack_reparam").copies(m, seed).items():
+            for tag, c in s.sibling("attack_reparam").copies(m, seed, exact=True).items():
                 if tag in ("scale100@penultimate", "permute", "compose"):
                     cases.append((family, tag, c, gt))
     layers = audit_layers(original)

@@ -115,3 +115,29 @@ def test_naturalising_batchnorm_keeps_the_function_and_makes_re_estimation_a_no_
         suite.naturalise_bn(nat, x)
         assert torch.allclose(nat(x), before, atol=1e-4)
         assert torch.allclose(re_estimated(nat)(x), before, atol=1e-3)
+
+
+def test_the_suites_rescaled_copies_are_exact_in_float32(suite):
+    """A unit scaled by 2^-120 would push its small incoming weights below float32's normal range, whose lost
+    bits 40 relearning steps amplified (a deciding number moved 2.6 %): ``exact=True`` moves such exponents toward
+    0, and the copy's canonical form then equals the model's bit for bit."""
+    import torch
+
+    from unlearnkit.audit.canonical import canonicalize
+    from unlearnkit.models.zoo import small_cnn
+
+    reparam = suite.sibling("attack_reparam")
+    torch.manual_seed(0)
+    model = small_cnn(10, in_channels=1, image_size=8).eval()
+    with torch.no_grad():
+        model.fc1[0].weight[:, :4] = 1e-7  # 1e-7 x 2^-120 is subnormal
+    s = reparam.powers_of_two(model.fc1[0].out_features, 120, torch.Generator().manual_seed(0))
+    fitted = reparam.exact_powers(s, reparam._linear_in(model.fc1[0]), model.fc.weight)
+    assert (fitted != s).any() and (fitted.log2() == fitted.log2().round()).all()
+    scaled = (reparam._linear_in(model.fc1[0]) * fitted[:, None])
+    assert (scaled[scaled != 0].abs() >= torch.finfo(torch.float32).tiny).all()
+    canonical = canonicalize(model)[0].state_dict()
+    for tag, copy in reparam.copies(model, 0, exact=True).items():
+        if "scale" in tag or tag == "compose":
+            other = canonicalize(copy)[0].state_dict()
+            assert all(torch.equal(canonical[k], other[k]) for k in canonical), tag

@@ -10,10 +10,13 @@ flag) and Holm's step-down correction within each family at the family's share o
 audit at most 1 − ``confidence`` (Bonferroni across families). Only testable statistics flag (the positive
 control: the original is far from the references there), and only they enter Holm's family; and a flag must be
 material: the kept fraction's estimate beyond the margin (a deviation that is significant against references
-that happen to agree closely, but smaller than the margin, is no evidence of keeping the forget data). Such a
-deviation is still recorded (``Check.deviates``, "told apart"): the model can be told from retrains there, so the
-verdict does not certify it either (:func:`unlearnkit.audit.verdict.distinguishable`), except below the references
-on a recovery statistic.
+that happen to agree closely, but smaller than the margin, is no evidence of keeping the forget data). A
+deviation at the family's share of ``config.told_apart_level`` (0.2, Holm; material or not) is recorded as
+``Check.deviates`` ("told apart"): the model can be told from retrains there, so the verdict does not certify it
+either (:func:`unlearnkit.audit.verdict.distinguishable`), except below the references on a recovery statistic.
+Its level is its own, four times the flag's: it costs a genuine retrain its certificate (in at most 20 % of
+audits), never an accusation, and at the flag's level five references let models keeping a third of the original's
+excess through (``benchmarks/told_apart_level.py``).
 
 Families: ``output`` (the model's own outputs on the forget rows), ``representation`` (every audited layer),
 ``relearning`` (whole-model SGD from shots), ``heads`` (a head re-fitted or relearnt on frozen features) and
@@ -158,7 +161,7 @@ def judge_all(measures: list[Measure], config: AuditConfig) -> list[Check]:
                 ((results[i].status == "ok" and results[i].testable) or _separated(measures[i]))]
         ps = [(_separated(measures[i]) or ("", results[i].p))[1] for i in live]
         adjusted = dict(zip(live, holm(ps)))
-        level = alpha * BUDGET[family]
+        level, told_level = alpha * BUDGET[family], config.told_apart_level * BUDGET[family]
         for i in idx:
             m, r = measures[i], results[i]
             p_holm = adjusted.get(i, 1.0)
@@ -168,17 +171,19 @@ def judge_all(measures: list[Measure], config: AuditConfig) -> list[Check]:
             # to 0.019 where five references sat at 0.028-0.032 and the original at 1.000 (kept -0.01) was
             # flagged below before this rule: significant against references that agree closely, immaterial
             material = capped is not None or (math.isfinite(r.kept) and abs(r.kept) > r.margin)
-            side = (capped[0] if capped else r.direction) if i in adjusted and p_holm < level else ""
+            side = (capped[0] if capped else r.direction) if i in adjusted else ""
             if side == "below" and m.sides == "upper":
                 side = ""
-            flag = side if material else ""
+            flag = side if material and p_holm < level else ""
             # told apart from retrains (material or not; blocks erased), but not below on a recovery statistic
             # (relearning, heads, BatchNorm): recovering less than retrains by less than the margin is no evidence
             # of keeping the forget data, near 0 is where the retrains' lower tail is least Gaussian (a genuine
             # small_cnn retrain of digits relearnt to 0.01 in 5 steps where five references read 0.01-0.02 was told
             # apart below, Holm p = 0.011), and re-estimated BatchNorm there depends on how BatchNorm is
             # parametrised (a folded or canonical BatchNorm, re-estimated, computes another function)
-            deviates = "" if side == "below" and m.recovery else side
+            # at its own, larger level (``told_apart_level``): it costs a genuine retrain its certificate, never
+            # a flag, and a keeper at the margin's edge is caught only by a test with the power to tell it apart
+            deviates = "" if (side == "below" and m.recovery) or p_holm >= told_level else side
             unmeasured = m.decides and not math.isfinite(m.unlearned) and not capped and \
                 math.isfinite(m.original) and all(math.isfinite(v) for v in m.references)
             checks[i] = Check(m, r, p_holm, flag, unmeasured, deviates)

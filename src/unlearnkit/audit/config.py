@@ -131,8 +131,13 @@ class AuditConfig:
     the margin. A statistic is testable where the original is far enough from the references for a genuine
     retrain to be certified (the positive control with power); ``erased`` needs every testable statistic
     certified, on both audit data, at least one at the output and one inside the model, and none **told apart**
-    (beyond the flag's bound by less than the margin: not flagged, not erased; recovering less than the
-    references does not count). ``CALIBRATION``
+    (beyond the references' prediction bound, Holm within the family at its share of ``told_apart_level``,
+    material or not: not erased; recovering less than the references does not count). ``told_apart_level``
+    (0.2) is the most often this rule may leave a genuine retrain uncertified (Bonferroni across families), four
+    times the flag's budget: a told-apart model is only left open, never accused, and at the flag's level five
+    references tell a model that keeps a third of the original's excess from retrains too rarely (digits, K = 5:
+    7 of 44 audits of attacked models that keep the class certified at 0.05, none at 0.2, while genuine
+    retrains went from 24 to 21 of 24; ``benchmarks/told_apart_level.py``). ``CALIBRATION``
     lists the measurements behind the sweep and the margin.
 
     Reported beside them, read by no rule: the separability ratio U_unlearned / mean U_references with an
@@ -180,6 +185,7 @@ class AuditConfig:
     audit_seed: int | None = None
     kept_margin: float = 0.5
     recovery_margin: float = 0.1
+    told_apart_level: float = 0.2
     kernel_probe_splits: int = 3
     kernel_probe_landmarks: int = 200
     mmd: bool = False
@@ -252,6 +258,9 @@ class AuditConfig:
             if not 0.0 < getattr(self, name) < 1.0:  # NaN fails too
                 raise UserError(f"{name} is a fraction of the original's excess and must lie in (0, 1), got "
                                 f"{getattr(self, name)}")
+        if not 1.0 - self.confidence - 1e-12 <= self.told_apart_level < 1.0:  # NaN fails too
+            raise UserError(f"told_apart_level must lie in [1 - confidence, 1) = [{1.0 - self.confidence:g}, 1) (a "
+                            f"statistic that flags is told apart too), got {self.told_apart_level}")
         if self.audit_seed is not None and not 0 <= self.audit_seed < 2 ** 32:
             raise UserError(f"audit_seed must be in 0..{2 ** 32 - 1}, got {self.audit_seed}")
         if not self.relearn_lrs or not all(v > 0 for v in self.relearn_lrs):

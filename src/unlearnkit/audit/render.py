@@ -29,8 +29,9 @@ EXPLAIN = [
                "data. 'kept [CI]' is the kept fraction (unlearned − references' mean) / (original − references' mean) "
                "with its 95 % interval (0 = like the references, 1 = like the original); 'certified' = the interval "
                "lies inside ± the margin (kept_margin); 'flagged above/below' = beyond the references' prediction "
-               "bound (Holm within the family) by more than the margin; 'told apart above/below' = beyond that "
-               "bound by less than the margin (not flagged, not erased); 'cannot test' = the original is not far "
+               "bound (Holm within the family) by more than the margin; 'told apart above/below' = beyond the "
+               "bound at the told-apart level (told_apart_level, Holm) by less than the margin (not flagged, not "
+               "erased); 'cannot test' = the original is not far "
                "enough from the references, relative to their spread, for a retrain to be certified there"),
     ("separability (check)", "log U, the Gaussian-unbiased Mahalanobis distance Δμᵀ Σ_w⁻¹ Δμ of forget vs retained "
                              "features at a layer, floored at its own noise level; no rescaling, permutation or "

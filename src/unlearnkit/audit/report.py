@@ -87,7 +87,8 @@ RULE_NOTE = ("every deciding statistic is measured the same way on the unlearned
              "below); erased: every testable statistic's kept fraction (u - mean of references) / (original - mean "
              "of references) inside (-kept_margin, kept_margin) by two one-sided t tests at 1 - confidence, on both "
              "audit data, at least one testable at the output and one inside the model, and none told apart (beyond "
-             "the flag's bound by less than the margin; below on a recovery statistic does not count)")
+             "the references' prediction bound, Holm within its family at the family's share of told_apart_level, "
+             "by less than the margin; below on a recovery statistic does not count)")
 
 
 def verdict_line(verdict: str, utility: dict | None) -> str:
@@ -165,7 +166,8 @@ class AuditReport:
             "references": self.references,
             "checks": {"items": [c.to_dict() for c in self.checks], "size": len(self.checks),
                        "kept_margin": self.config.kept_margin, "correction": "holm within each family",
-                       "alpha": 1.0 - self.config.confidence, "rule": RULE_NOTE},
+                       "alpha": 1.0 - self.config.confidence, "told_apart_level": self.config.told_apart_level,
+                       "rule": RULE_NOTE},
             "idi": self.idi,
             "cka": ("centered (Kornblith 2019), on standardised units" if self.config.center
                     else "uncentered (Mirage code)"),

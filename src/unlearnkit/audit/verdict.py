@@ -27,8 +27,8 @@ first that returns a :class:`Decision` wins:
 10. :func:`not_equivalent`: some testable statistic's kept fraction is not shown to lie inside
     (−margin, margin): names it, its interval, and how many references would decide.
 11. :func:`distinguishable`: every testable statistic certified, but some lies beyond the references' prediction
-    bound (Holm, the family's share of the budget) by less than its margin: told apart from retrains, so not
-    ``erased`` (a genuine retrain reads so in at most the false-flag budget of audits).
+    bound (Holm, the family's share of ``told_apart_level``, 0.2) by less than its margin: told apart from
+    retrains, so not ``erased`` (a genuine retrain reads so in at most ``told_apart_level`` of audits).
 12. :func:`erased`: an intersection-union test: **every** testable statistic of every family, on both audit
     data, certified (its kept fraction's interval inside the margin), at least one at the output and one
     inside; it names what it certifies and what it could not test.
@@ -337,9 +337,9 @@ def not_equivalent(m: Measurements) -> Decision | None:
 
 def distinguishable(m: Measurements) -> Decision | None:
     """Certified within the margins, yet told apart from the references by some testable statistic: beyond their
-    prediction bound (Holm, the family's share of the budget) by less than the margin. ``erased`` says
-    indistinguishable from retrain, so it is not certified (a genuine retrain reads so in at most the false-flag
-    budget of audits)."""
+    prediction bound (Holm, the family's share of ``told_apart_level``) by less than the margin. ``erased`` says
+    indistinguishable from retrain, so it is not certified (a genuine retrain reads so in at most
+    ``told_apart_level`` of audits)."""
     off = [c for c in m.testable if c.deviates]
     if not off:
         return None

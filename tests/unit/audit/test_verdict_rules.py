@@ -26,6 +26,7 @@ from unlearnkit.audit.verdict import (
     too_few_references,
     unmeasured,
 )
+from unlearnkit.errors import UserError
 
 OUT = {"forget_acc": 0.0, "retain_acc": 99.0, "test_retain_acc": 98.0}
 REFS = (0.0, 0.1, -0.1, 0.05, -0.05)  # sd 0.079: the original at 1.0 is 12.6 sd away
@@ -254,18 +255,38 @@ def test_not_equivalent_names_the_statistic_and_how_many_references_would_decide
         assert "separability" in " ".join(d.evidence)
 
 
-def test_a_family_flags_a_genuine_retrain_at_most_at_its_share():
+def test_a_family_tells_a_genuine_retrain_apart_at_most_at_its_share():
     """Simulated: 24 correlated comparisons in one family (a layer's statistics on both audit data), K = 5
-    Gaussian references and a genuine retrain drawn afresh each trial: Holm at the family's share (1/4 of 5 %)
-    tells it apart (material or not) at most 1.25 % of the time (+ Monte Carlo error)."""
+    Gaussian references and a genuine retrain drawn afresh each trial: Holm at the family's share (1/4) of
+    ``told_apart_level`` (0.2) tells it apart (material or not) at most 5 % of the time, and at the family's share
+    of the flag's budget (5 %) at most 1.25 % (+ Monte Carlo error); the flag's level gives the earlier rule."""
     rng = np.random.default_rng(0)
-    cfg, n, rho, flags, trials = AuditConfig(), 24, 0.5, 0, 1500
+    cfgs = {"default": AuditConfig(), "flag level": AuditConfig(told_apart_level=0.05)}
+    n, rho, trials = 24, 0.5, 1500
+    told = dict.fromkeys(cfgs, 0)
     cov = np.full((n, n), rho) + (1 - rho) * np.eye(n)
     for _ in range(trials):
         draws = rng.multivariate_normal(np.zeros(n), cov, size=6)
         ms = [_measure("relearning", f"c{j}", draws[5, j], original=20.0, refs=draws[:5, j]) for j in range(n)]
-        flags += any(c.deviates for c in judge_all(ms, cfg))  # told apart (a flag is also material)
-    assert flags / trials <= 0.0125 + 3 * math.sqrt(0.0125 * 0.9875 / trials)
+        for name, cfg in cfgs.items():
+            told[name] += any(c.deviates for c in judge_all(ms, cfg))  # told apart (a flag is also material)
+    assert told["default"] / trials <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / trials)
+    assert told["flag level"] / trials <= 0.0125 + 3 * math.sqrt(0.0125 * 0.9875 / trials)
+    assert told["flag level"] <= told["default"]
+
+
+def test_the_told_apart_level_is_its_own_and_never_below_the_flags():
+    """A deviation at Holm p between the flag's level and the told-apart level is told apart, not flagged; the
+    level cannot be set below the flag's (a flag would then not be told apart)."""
+    refs = (0.0, 0.1, -0.1, 0.05, -0.05)
+    ms = [_measure("output", "output confidence", u, original=10.0, refs=refs) for u in (0.42, 0.0)]
+    cs = judge_all(ms, AuditConfig())
+    p = cs[0].p_holm
+    assert 0.00625 < p < 0.025 and cs[0].deviates == "above" and cs[0].flag == ""  # share 1/8 of 0.05 / 0.2
+    assert judge_all(ms, AuditConfig(told_apart_level=0.05))[0].deviates == ""
+    for bad in (0.01, 1.0, float("nan")):
+        with pytest.raises(UserError, match="told_apart_level"):
+            AuditConfig(told_apart_level=bad)
 
 
 def test_the_utility_axis_qualifies_the_verdict_line():

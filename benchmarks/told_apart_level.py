@@ -1,0 +1,128 @@
+"""The told-apart rule's level, swept on the attack suite's digits models: keepers and genuine retrains `erased`
+at each level (issue 42).
+
+    .venv/bin/python benchmarks/told_apart_level.py --seeds 0,1,2,3,4,5 --audit-seeds 3 --references 5,8 \
+        --out benchmarks/results/told_apart_level_digits.json
+
+Per digits seed s (class 3, small_cnn, the models `attack_suite.py` caches; build them with it first): the two
+genuine held-out retrains (seeds 100 + 2s, 101 + 2s) and the five `hardened`-family attacks, each audited against
+the seed's K references (retrains of seeds s .. s + K − 1) with ``--audit-seeds`` fresh audit seeds, at the
+flag's level (``told_apart_level`` = 1 − confidence, the rule before 2026-12-06). The audit's own measures are
+then judged again (:func:`unlearnkit.audit.checks.judge_all`) at each level of ``--levels``: an audit `erased` at
+the flag's level stays `erased` at a level where no testable check is told apart (the rule before `erased`, which
+reads nothing else that the level changes: a higher level can only take `erased` away). Whether a model keeps the
+class is the suite's ground truth (``attack_suite.keeps``, the suite's genuine retrains 100-111 as yardstick).
+
+It prints, per K and level, the keepers' audits certified and the genuine retrains' audits certified, with exact
+95 % bounds; writes ``--out`` (JSON, atomically).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+FAMILIES = ("hardened", "hardened_keep3", "hardened_keep10", "hardened_indist", "hardened_indist_keep3")
+
+
+def audits(seed: int, ks: list[int], n_audit: int, S, split, genuine_gt: dict, levels: list[float]) -> list[dict]:
+    """Every audit of one seed's models (module docstring), with its verdict at each level."""
+    from unlearnkit.audit import AuditConfig
+    from unlearnkit.audit.checks import judge_all
+    from unlearnkit.audit.core import audit
+    from unlearnkit.audit.memo import AuditCache
+    from unlearnkit.evaluation import model_outputs
+    from unlearnkit.models.zoo import audit_layers
+
+    original = S.model_of("original", split, seed)
+    attacker = S.model_of("retrain", split, 1000 + seed)
+    refs = [S.model_of("retrain", split, seed + i) for i in range(max(ks))]
+    cases = [(f"retrain{s}", S.model_of("retrain", split, s), None) for s in (100 + 2 * seed, 101 + 2 * seed)]
+    for family in FAMILIES:
+        m, _ = S.cached_attack(family, original, attacker, split, seed, Path(S.DEFAULT_CACHE))
+        cases.append((family, m, {"relearn": S.gt_relearn(m, split), "probe": S.gt_probe(m, split, seed)}))
+    outs = {id(m): model_outputs(m, split, audit_layers(original)) for m in [original, *refs]}
+    rows = []
+    for k in ks:
+        for _ in range(n_audit):
+            cfg = AuditConfig(audit_seed=secrets.randbits(31), told_apart_level=1.0 - AuditConfig().confidence)
+            cache = AuditCache()
+            for name, model, gt in cases:
+                rep = audit(original, model, refs[:k], split, config=cfg, cache=cache,
+                            outputs={"original": outs[id(original)], "retrained": [outs[id(r)] for r in refs[:k]]})
+                measures = [c.measure for c in rep.checks]
+                at = {}
+                for level in levels:
+                    told = [c for c in judge_all(measures, replace(cfg, told_apart_level=level))
+                            if c.testable and c.deviates]
+                    at[str(level)] = "erased" if rep.verdict == "erased" and not told else (
+                        "inconclusive" if rep.verdict == "erased" else rep.verdict)
+                kept, why = (False, "genuine retrain") if gt is None else S.keeps(gt, list(genuine_gt.values()),
+                                                                                  10.0, 0.75)
+                rows.append({"seed": seed, "k": k, "model": name, "audit_seed": cfg.audit_seed,
+                             "keeps_class": kept, "keeps_why": why, "verdict_at": at})
+                print(f"s{seed} K={k} {name:22s} keeps={kept!s:5s} " +
+                      " ".join(f"{lv}:{v[:6]}" for lv, v in at.items()), flush=True)
+    return rows
+
+
+def table(rows: list[dict], levels: list[float], cp) -> list[str]:
+    lines = ["| K | level | keepers' audits `erased` | genuine retrains' audits `erased` |", "|---|---|---|---|"]
+    for k in sorted({r["k"] for r in rows}):
+        for level in levels:
+            cells = []
+            for group in (lambda r: r["keeps_class"], lambda r: r["model"].startswith("retrain")):
+                rs = [r for r in rows if r["k"] == k and group(r)]
+                n_erased = sum(r["verdict_at"][str(level)] == "erased" for r in rs)
+                lo, hi = cp(n_erased, len(rs))
+                cells.append(f"{n_erased}/{len(rs)} [{100 * lo:.0f}, {100 * hi:.0f} %]")
+            lines.append(f"| {k} | {level:g} | {cells[0]} | {cells[1]} |")
+    return lines
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", default="0,1,2,3,4,5")
+    p.add_argument("--references", default="5,8")
+    p.add_argument("--audit-seeds", type=int, default=3)
+    p.add_argument("--levels", default="0.05,0.1,0.2,0.3")
+    p.add_argument("--out", default=str(HERE / "results" / "told_apart_level_digits.json"))
+    a = p.parse_args(argv)
+    try:
+        seeds = [int(s) for s in a.seeds.split(",")]
+        ks = [int(k) for k in a.references.split(",")]
+        levels = [float(v) for v in a.levels.split(",")]
+    except ValueError:
+        p.error("--seeds, --references and --levels are comma-separated numbers")
+    if a.audit_seeds < 1 or any(k < 2 for k in ks) or not all(0.05 - 1e-12 <= v < 1 for v in levels):
+        p.error("--audit-seeds must be >= 1, each K >= 2, each level in [0.05, 1)")
+    sys.path.insert(0, str(HERE))
+    import attack_suite as S
+    import torch
+
+    from unlearnkit import ForgetSpec, load_dataset, make_split
+    from unlearnkit.checkpoints import atomic_write_text
+
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    split = make_split(load_dataset("digits"), ForgetSpec(classes=(3,)))
+    genuine_gt = {}
+    for s in range(100, 100 + 2 * max(seeds) + 2):  # the suite's yardstick: every genuine retrain of these seeds
+        m = S.model_of("retrain", split, s)
+        genuine_gt[s] = {"relearn": S.gt_relearn(m, split), "probe": S.gt_probe(m, split, s)}
+    rows = [r for seed in seeds for r in audits(seed, ks, a.audit_seeds, S, split, genuine_gt, levels)]
+    lines = table(rows, levels, S.sibling("audit_calibrate").clopper_pearson)
+    print("\n".join(lines))
+    atomic_write_text(a.out, json.dumps({"args": vars(a), "rows": rows, "table": lines,
+                                         "elapsed_s": time.perf_counter() - t0}, indent=1) + "\n")
+    print(f"wrote {a.out} ({time.perf_counter() - t0:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
