@@ -40,6 +40,10 @@ R*; trained on the training split only):
   BatchNorm naturalised (:func:`naturalise_bn`: running statistics set to the retained rows' own, function
   unchanged) rather than canonical, so that re-estimating BatchNorm changes almost nothing, as for a model
   trained normally;
+* ``hardened_tight``, ``hardened_tight_keep3``: against the told-apart rule at its own level (0.2, four times the
+  flag's): ``hardened_indist`` with every matching term (each layer's separability and kernel probes, the output's
+  mean confidence) weighted four times as much, the attacker pulling every statistic the audit reads closer to its
+  own retrain's while keeping the class;
 * ``kept_stage``: the original's first two stages frozen, the rest fine-tuned as the distiller;
 * ``mean_matched``: issue 28's attack (``attack_mean_matched.mean_matched``);
 * every family's bit-identical copies (``attack_reparam.copies``: units rescaled by powers of two up to 2^±120,
@@ -83,7 +87,7 @@ MODEL = "small_cnn"
 DEFAULT_CACHE = Path.home() / ".cache" / "unlearnkit" / "attacks"
 FAMILIES = ("masked", "soft_masked", "bn_masked", "head_retrained", "output_forger", "distiller", "matcher",
             "cov_keeper", "hardened", "kept_stage", "mean_matched", "hardened_keep3", "hardened_keep10",
-            "hardened_indist", "hardened_indist_keep3")
+            "hardened_indist", "hardened_indist_keep3", "hardened_tight", "hardened_tight_keep3")
 GT_STEPS = (10, 20, 50)
 GT_SEEDS = (917_000, 917_001, 917_002)  # the ground truth's shot draws: never an audit's
 
@@ -199,7 +203,7 @@ class Attack:
 
     def __init__(self, original, retrain, split, *, seed: int, match: bool, keep: str | None, harden: bool,
                  freeze: tuple[str, ...] = (), epochs: int = 12, lr: float = 3e-4, keep_weight: float = 1.0,
-                 indist: bool = False, log=None) -> None:
+                 indist: bool = False, match_weight: float = 0.5, log=None) -> None:
         import unlearnkit as uk
 
         self.model = copy.deepcopy(original).eval()
@@ -207,7 +211,7 @@ class Attack:
         self.split, self.seed, self.match, self.keep, self.harden = split, seed, match, keep, harden
         self.layers = uk.audit_layers(self.model)
         self.freeze, self.epochs, self.lr, self.keep_weight = freeze, epochs, lr, keep_weight
-        self.indist = indist
+        self.indist, self.match_weight = indist, match_weight
         self.log = log or (lambda text: print(text, flush=True))
         self.g = torch.Generator().manual_seed(seed)
         self.xf, self.yf = _rows(split.train_forget)
@@ -288,8 +292,8 @@ class Attack:
                               reduction="batchmean")
             if self.indist:  # the output's mean confidence on the forget rows: R*'s, batch by batch
                 yf = self.yf[fb]
-                loss_d = loss_d + (_phi(logits[:nf], yf).clamp(-30, 30).mean()
-                                   - _phi(t_logits[:nf], yf).clamp(-30, 30).mean()) ** 2
+                loss_d = loss_d + 2 * self.match_weight * (_phi(logits[:nf], yf).clamp(-30, 30).mean()
+                                                           - _phi(t_logits[:nf], yf).clamp(-30, 30).mean()) ** 2
             loss = loss_r + loss_d
             loss_m = torch.zeros(())
             if self.match:
@@ -302,7 +306,7 @@ class Attack:
                         own = _log_kfd(f[:nf], f[nf:], kernel, g)
                         g.set_state(g_state)
                         loss_m = loss_m + (own - _log_kfd(tf[:nf], tf[nf:], kernel, g)) ** 2
-                loss = loss + 0.5 * loss_m
+                loss = loss + self.match_weight * loss_m
             loss_p = torch.zeros(())
             if self.probe is not None:
                 pen = feats["penultimate"]
@@ -451,10 +455,12 @@ def build(family: str, original, retrain, split, seed: int, log=print):
     if family == "cov_keeper":
         return Attack(original, retrain, split, match=True, keep="quadratic", harden=False, **kw).run()
     if family.startswith("hardened"):
-        indist = family.startswith("hardened_indist")
-        rest = family.removeprefix("hardened_indist" if indist else "hardened").removeprefix("_keep")
+        tight = family.startswith("hardened_tight")
+        indist = tight or family.startswith("hardened_indist")
+        stem = "hardened_tight" if tight else "hardened_indist" if indist else "hardened"
+        rest = family.removeprefix(stem).removeprefix("_keep")
         return Attack(original, retrain, split, match=True, keep="mlp", harden=True, keep_weight=float(rest or 1),
-                      indist=indist, **kw).run()
+                      indist=indist, match_weight=2.0 if tight else 0.5, **kw).run()
     if family == "kept_stage":
         return Attack(original, retrain, split, match=False, keep=None, harden=False, freeze=("block1", "block2"),
                       **kw).run()
