@@ -1,6 +1,6 @@
 """The audit's rule (metrics/equivalence.py) by simulation: error rates at the margin's boundary, power, coverage.
 
-    .venv/bin/python benchmarks/rule_error_rates.py                 # 4000 trials a cell (about 3 minutes)
+    .venv/bin/python benchmarks/rule_error_rates.py                 # 4000 trials a cell (about 10 seconds)
     .venv/bin/python benchmarks/rule_error_rates.py --trials 500    # a quick look
 
 Every trial draws the references afresh. Each statistic's values across models are Gaussian with the
