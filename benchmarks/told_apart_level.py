@@ -3,9 +3,15 @@ at each level (issue 42).
 
     .venv/bin/python benchmarks/told_apart_level.py --seeds 0,1,2,3,4,5 --audit-seeds 3 --references 5,8 \
         --out benchmarks/results/told_apart_level_digits.json
+    # every genuine retrain 100-111 against every seed's references, with the adaptive families:
+    .venv/bin/python benchmarks/told_apart_level.py --seeds 0,1,2 --audit-seeds 2 --genuine 12 \
+        --families hardened,hardened_keep3,hardened_keep10,hardened_indist,hardened_indist_keep3,hardened_tight,\
+hardened_tight_keep3 --out a.json    # and --seeds 3,4,5 --out b.json on the other core, then
+    .venv/bin/python benchmarks/told_apart_level.py --combine a.json b.json --out both.json
 
-Per digits seed s (class 3, small_cnn, the models `attack_suite.py` caches; build them with it first): the two
-genuine held-out retrains (seeds 100 + 2s, 101 + 2s) and the five `hardened`-family attacks, each audited against
+Per digits seed s (class 3, small_cnn, the models `attack_suite.py` caches; build them with it first): the
+genuine held-out retrains (``--genuine pair``: seeds 100 + 2s and 101 + 2s; ``--genuine N``: seeds 100 ..
+100 + N − 1, the same N models against every seed's references) and the ``--families`` attacks, each audited against
 the seed's K references (retrains of seeds s .. s + K − 1) with ``--audit-seeds`` fresh audit seeds, at the
 flag's level (``told_apart_level`` = 1 − confidence, the rule before 2026-12-06). The audit's own measures are
 then judged again (:func:`unlearnkit.audit.checks.judge_all`) at each level of ``--levels``: an audit `erased` at
@@ -14,7 +20,8 @@ reads nothing else that the level changes: a higher level can only take `erased`
 class is the suite's ground truth (``attack_suite.keeps``, the suite's genuine retrains 100-111 as yardstick).
 
 It prints, per K and level, the keepers' audits certified and the genuine retrains' audits certified, with exact
-95 % bounds; writes ``--out`` (JSON, atomically).
+95 % bounds, and the same per seed at the default level (one set of references each: how much the verdicts
+depend on which K retrains the auditor happens to hold); writes ``--out`` (JSON, atomically).
 """
 from __future__ import annotations
 
@@ -30,7 +37,8 @@ HERE = Path(__file__).resolve().parent
 FAMILIES = ("hardened", "hardened_keep3", "hardened_keep10", "hardened_indist", "hardened_indist_keep3")
 
 
-def audits(seed: int, ks: list[int], n_audit: int, S, split, genuine_gt: dict, levels: list[float]) -> list[dict]:
+def audits(seed: int, ks: list[int], n_audit: int, S, split, genuine_gt: dict, levels: list[float],
+           genuine: list[int], families: list[str]) -> list[dict]:
     """Every audit of one seed's models (module docstring), with its verdict at each level."""
     from unlearnkit.audit import AuditConfig
     from unlearnkit.audit.checks import judge_all
@@ -42,8 +50,9 @@ def audits(seed: int, ks: list[int], n_audit: int, S, split, genuine_gt: dict, l
     original = S.model_of("original", split, seed)
     attacker = S.model_of("retrain", split, 1000 + seed)
     refs = [S.model_of("retrain", split, seed + i) for i in range(max(ks))]
-    cases = [(f"retrain{s}", S.model_of("retrain", split, s), None) for s in (100 + 2 * seed, 101 + 2 * seed)]
-    for family in FAMILIES:
+    cases = [(f"retrain{s}", S.model_of("retrain", split, s), None)
+             for s in genuine or (100 + 2 * seed, 101 + 2 * seed)]
+    for family in families:
         m, _ = S.cached_attack(family, original, attacker, split, seed, Path(S.DEFAULT_CACHE))
         cases.append((family, m, {"relearn": S.gt_relearn(m, split), "probe": S.gt_probe(m, split, seed)}))
     outs = {id(m): model_outputs(m, split, audit_layers(original)) for m in [original, *refs]}
@@ -85,42 +94,103 @@ def table(rows: list[dict], levels: list[float], cp) -> list[str]:
     return lines
 
 
-def main(argv=None) -> int:
+def per_seed(rows: list[dict], level: float) -> list[str]:
+    """At one level, per K and seed (one set of references): the keepers' and genuine retrains' audits erased."""
+    lines = [f"| K | seed | keepers' audits `erased` at {level:g} | genuine retrains' audits `erased` |",
+             "|---|---|---|---|"]
+    for k in sorted({r["k"] for r in rows}):
+        for seed in sorted({r["seed"] for r in rows}):
+            cells = []
+            for group in (lambda r: r["keeps_class"], lambda r: r["model"].startswith("retrain")):
+                rs = [r for r in rows if r["k"] == k and r["seed"] == seed and group(r)]
+                cells.append(f"{sum(r['verdict_at'][str(level)] == 'erased' for r in rs)}/{len(rs)}")
+            lines.append(f"| {k} | {seed} | {cells[0]} | {cells[1]} |")
+    return lines
+
+
+def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", default="0,1,2,3,4,5")
     p.add_argument("--references", default="5,8")
     p.add_argument("--audit-seeds", type=int, default=3)
     p.add_argument("--levels", default="0.05,0.1,0.2,0.3")
+    p.add_argument("--genuine", default="pair",
+                   help="'pair' (retrains 100 + 2s, 101 + 2s) or N (retrains 100 .. 100 + N - 1)")
+    p.add_argument("--families", default=",".join(FAMILIES))
+    p.add_argument("--combine", nargs="+", metavar="JSON",
+                   help="merge the rows of earlier runs (same levels) into --out")
     p.add_argument("--out", default=str(HERE / "results" / "told_apart_level_digits.json"))
     a = p.parse_args(argv)
     try:
-        seeds = [int(s) for s in a.seeds.split(",")]
-        ks = [int(k) for k in a.references.split(",")]
-        levels = [float(v) for v in a.levels.split(",")]
+        a.seeds = [int(s) for s in a.seeds.split(",")]
+        a.ks = [int(k) for k in a.references.split(",")]
+        a.level_list = [float(v) for v in a.levels.split(",")]
+        a.genuine_seeds = [] if a.genuine == "pair" else list(range(100, 100 + int(a.genuine)))
     except ValueError:
-        p.error("--seeds, --references and --levels are comma-separated numbers")
-    if a.audit_seeds < 1 or any(k < 2 for k in ks) or not all(0.05 - 1e-12 <= v < 1 for v in levels):
+        p.error("--seeds, --references and --levels are comma-separated numbers; --genuine is 'pair' or a number")
+    if a.audit_seeds < 1 or any(k < 2 for k in a.ks) or not all(0.05 - 1e-12 <= v < 1 for v in a.level_list):
         p.error("--audit-seeds must be >= 1, each K >= 2, each level in [0.05, 1)")
+    if a.genuine != "pair" and not 1 <= len(a.genuine_seeds) <= 64:
+        p.error("--genuine N must lie in [1, 64]")
+    return a
+
+
+def combinable(runs: list[dict]) -> str | None:
+    """None when runs can be joined (the same genuine retrains, levels, K and families; no seed twice: the
+    genuine retrains' yardstick and the judged levels are then the same), else why not."""
+    for key in ("genuine", "levels", "references", "families"):
+        values = {str(r.get(key)) for r in runs}
+        if len(values) > 1:
+            return f"the runs differ in --{key} ({', '.join(sorted(values))})"
+    seeds = [s for r in runs for s in r["seeds"]]
+    twice = sorted({s for s in seeds if seeds.count(s) > 1})
+    return f"seed {', '.join(map(str, twice))} is in more than one run" if twice else None
+
+
+def report(rows: list[dict], levels: list[float], args: dict, t0: float, out: str, S) -> None:
+    from unlearnkit.audit import AuditConfig
+    from unlearnkit.checkpoints import atomic_write_text
+
+    lines = table(rows, levels, S.sibling("audit_calibrate").clopper_pearson)
+    seeds = per_seed(rows, AuditConfig().told_apart_level)
+    print("\n".join(lines + [""] + seeds))
+    atomic_write_text(out, json.dumps({"args": args, "rows": rows, "table": lines, "per_seed": seeds,
+                                       "elapsed_s": time.perf_counter() - t0}, indent=1) + "\n")
+    print(f"wrote {out} ({time.perf_counter() - t0:.0f} s)")
+
+
+def main(argv=None) -> int:
+    a = parse(argv)
     sys.path.insert(0, str(HERE))
     import attack_suite as S
     import torch
 
     from unlearnkit import ForgetSpec, load_dataset, make_split
-    from unlearnkit.checkpoints import atomic_write_text
 
-    torch.set_num_threads(1)
     t0 = time.perf_counter()
+    if a.combine:
+        parts = [json.loads(Path(f).read_text()) for f in a.combine]
+        why = combinable([d["args"] for d in parts])
+        if why:
+            raise SystemExit(f"error: --combine: {why}")
+        report([r for d in parts for r in d["rows"]], [float(v) for v in parts[0]["args"]["levels"].split(",")],
+               {"combined": a.combine, "runs": [d["args"] for d in parts]}, t0, a.out, S)
+        return 0
+    torch.set_num_threads(1)
     split = make_split(load_dataset("digits"), ForgetSpec(classes=(3,)))
     genuine_gt = {}
-    for s in range(100, 100 + 2 * max(seeds) + 2):  # the suite's yardstick: every genuine retrain of these seeds
+    # the suite's yardstick: every genuine retrain of these seeds (and every one audited), 100-111 for seeds 0-5
+    for s in range(100, 100 + max(2 * max(a.seeds) + 2, len(a.genuine_seeds))):
         m = S.model_of("retrain", split, s)
         genuine_gt[s] = {"relearn": S.gt_relearn(m, split), "probe": S.gt_probe(m, split, s)}
-    rows = [r for seed in seeds for r in audits(seed, ks, a.audit_seeds, S, split, genuine_gt, levels)]
-    lines = table(rows, levels, S.sibling("audit_calibrate").clopper_pearson)
-    print("\n".join(lines))
-    atomic_write_text(a.out, json.dumps({"args": vars(a), "rows": rows, "table": lines,
-                                         "elapsed_s": time.perf_counter() - t0}, indent=1) + "\n")
-    print(f"wrote {a.out} ({time.perf_counter() - t0:.0f} s)")
+    families = [f for f in a.families.split(",") if f]
+    unknown = sorted(set(families) - set(S.FAMILIES))
+    if unknown:
+        raise SystemExit(f"error: unknown --families {', '.join(unknown)} (attack_suite.FAMILIES)")
+    rows = [r for seed in a.seeds for r in audits(seed, a.ks, a.audit_seeds, S, split, genuine_gt, a.level_list,
+                                                  a.genuine_seeds, families)]
+    args = {k: v for k, v in vars(a).items() if k not in ("ks", "level_list", "genuine_seeds")}
+    report(rows, a.level_list, args, t0, a.out, S)
     return 0
 
 

@@ -3,23 +3,15 @@
 that diverges keeping its last good epoch."""
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from bench_modules import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def suite():
-    spec = importlib.util.spec_from_file_location("attack_suite", ROOT / "benchmarks" / "attack_suite.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("attack_suite", module)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("attack_suite", register=True)
 
 
 def test_kept_share_is_the_log_scale_fraction_of_the_originals_excess(suite):

@@ -2,22 +2,19 @@
 ground truths used the same yardstick of genuine retrains; the same task and seed twice is refused."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from pathlib import Path
 
 import pytest
+from bench_modules import benchmark_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("sample_requests", ROOT / "benchmarks" / "sample_requests.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("sample_requests")
 
 
 def _split_run(tmp_path: Path, genuine=(None, None)) -> list[str]:
