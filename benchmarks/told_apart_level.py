@@ -1,4 +1,4 @@
-"""The told-apart rule's level, swept on the attack suite's digits models: keepers and genuine retrains `erased`
+"""The told-apart rule's level, swept on the attack suite's models: keepers and genuine retrains `erased`
 at each level (issue 42).
 
     .venv/bin/python benchmarks/told_apart_level.py --seeds 0,1,2,3,4,5 --audit-seeds 3 --references 5,8 \
@@ -9,13 +9,13 @@ at each level (issue 42).
 hardened_tight_keep3 --out a.json    # and --seeds 3,4,5 --out b.json on the other core, then
     .venv/bin/python benchmarks/told_apart_level.py --combine a.json b.json --out both.json
 
-Per digits seed s (class 3, small_cnn, the models `attack_suite.py` caches; build them with it first): the
-genuine held-out retrains (``--genuine pair``: seeds 100 + 2s and 101 + 2s; ``--genuine N``: seeds 100 ..
-100 + N − 1, the same N models against every seed's references) and the ``--families`` attacks, each audited against
-the seed's K references (retrains of seeds s .. s + K − 1) with ``--audit-seeds`` fresh audit seeds, at the
-flag's level (``told_apart_level`` = 1 − confidence, the rule before 2026-12-06). The audit's own measures are
-then judged again (:func:`unlearnkit.audit.checks.judge_all`) at each level of ``--levels``: an audit `erased` at
-the flag's level stays `erased` at a level where no testable check is told apart (the rule before `erased`, which
+Per seed s of ``--dataset`` (digits or mnist5k; class 3, small_cnn, the models `attack_suite.py` caches; build them
+with it first): the genuine held-out retrains (``--genuine pair``: seeds 100 + 2s and 101 + 2s; ``--genuine N``:
+seeds 100 .. 100 + N − 1, the same N models against every seed's references) and the ``--families`` attacks, each
+audited against the seed's K references (retrains of seeds s .. s + K − 1) with ``--audit-seeds`` fresh audit seeds,
+at the flag's level (``told_apart_level`` = 1 − confidence, the rule before 2026-12-06). The audit's own measures
+are then judged again (:func:`unlearnkit.audit.checks.judge_all`) at each level of ``--levels``: an audit `erased`
+at the flag's level stays `erased` at a level where no testable check is told apart (the rule before `erased`, which
 reads nothing else that the level changes: a higher level can only take `erased` away). Whether a model keeps the
 class is the suite's ground truth (``attack_suite.keeps``, the suite's genuine retrains 100-111 as yardstick).
 
@@ -119,8 +119,10 @@ def parse(argv):
     p.add_argument("--families", default=",".join(FAMILIES))
     p.add_argument("--combine", nargs="+", metavar="JSON",
                    help="merge the rows of earlier runs (same levels) into --out")
-    p.add_argument("--out", default=str(HERE / "results" / "told_apart_level_digits.json"))
+    p.add_argument("--dataset", default="digits", choices=["digits", "mnist5k"])
+    p.add_argument("--out", default=None, help="default: benchmarks/results/told_apart_level_<dataset>.json")
     a = p.parse_args(argv)
+    a.out = a.out or str(HERE / "results" / f"told_apart_level_{a.dataset}.json")
     try:
         a.seeds = [int(s) for s in a.seeds.split(",")]
         a.ks = [int(k) for k in a.references.split(",")]
@@ -138,7 +140,7 @@ def parse(argv):
 def combinable(runs: list[dict]) -> str | None:
     """None when runs can be joined (the same genuine retrains, levels, K and families; no seed twice: the
     genuine retrains' yardstick and the judged levels are then the same), else why not."""
-    for key in ("genuine", "levels", "references", "families"):
+    for key in ("dataset", "genuine", "levels", "references", "families"):
         values = {str(r.get(key)) for r in runs}
         if len(values) > 1:
             return f"the runs differ in --{key} ({', '.join(sorted(values))})"
@@ -177,7 +179,7 @@ def main(argv=None) -> int:
                {"combined": a.combine, "runs": [d["args"] for d in parts]}, t0, a.out, S)
         return 0
     torch.set_num_threads(1)
-    split = make_split(load_dataset("digits"), ForgetSpec(classes=(3,)))
+    split = make_split(load_dataset(a.dataset), ForgetSpec(classes=(3,)))
     genuine_gt = {}
     # the suite's yardstick: every genuine retrain of these seeds (and every one audited), 100-111 for seeds 0-5
     for s in range(100, 100 + max(2 * max(a.seeds) + 2, len(a.genuine_seeds))):
