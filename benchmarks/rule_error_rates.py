@@ -85,8 +85,9 @@ def family_flags(k: int, trials: int, rng: np.random.Generator, n: int = 24, rho
     """A family of ``n`` correlated comparisons on a genuine retrain: the share of trials with any flag, and with
     any check told apart from the references (beyond their bound, Holm, material or not: it blocks ``erased``).
     ``nu``: heavy tails, each model's values multivariate Student t with ``nu`` degrees of freedom (one draw of
-    the scale per model: a retrain unusual on one statistic is unusual on the others, as digits' retrains 103 and
-    108 are at 3-5 robust standard deviations on several penultimate probes); None: Gaussian."""
+    the scale per model: a retrain unusual on one statistic is unusual on the others, as digits' retrains 102, 108
+    and 103 miss their certificate in 8-14 of 24 audits each, ``told_apart_level.py --genuine 12``); None:
+    Gaussian."""
     cfg = AuditConfig()
     cov = np.full((n, n), rho) + (1 - rho) * np.eye(n)
     flagged = told = 0

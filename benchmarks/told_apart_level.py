@@ -178,6 +178,10 @@ def main(argv=None) -> int:
         report([r for d in parts for r in d["rows"]], [float(v) for v in parts[0]["args"]["levels"].split(",")],
                {"combined": a.combine, "runs": [d["args"] for d in parts]}, t0, a.out, S)
         return 0
+    families = [f for f in a.families.split(",") if f]
+    unknown = sorted(set(families) - set(S.FAMILIES))
+    if unknown:
+        raise SystemExit(f"error: unknown --families {', '.join(unknown)} (attack_suite.FAMILIES)")
     torch.set_num_threads(1)
     split = make_split(load_dataset(a.dataset), ForgetSpec(classes=(3,)))
     genuine_gt = {}
@@ -185,10 +189,6 @@ def main(argv=None) -> int:
     for s in range(100, 100 + max(2 * max(a.seeds) + 2, len(a.genuine_seeds))):
         m = S.model_of("retrain", split, s)
         genuine_gt[s] = {"relearn": S.gt_relearn(m, split), "probe": S.gt_probe(m, split, s)}
-    families = [f for f in a.families.split(",") if f]
-    unknown = sorted(set(families) - set(S.FAMILIES))
-    if unknown:
-        raise SystemExit(f"error: unknown --families {', '.join(unknown)} (attack_suite.FAMILIES)")
     rows = [r for seed in a.seeds for r in audits(seed, a.ks, a.audit_seeds, S, split, genuine_gt, a.level_list,
                                                   a.genuine_seeds, families)]
     args = {k: v for k, v in vars(a).items() if k not in ("ks", "level_list", "genuine_seeds")}

@@ -54,3 +54,10 @@ def test_combine_refuses_runs_that_do_not_join(bench, tmp_path, second, why):
     b = _run(tmp_path, "b.json", second.pop("seeds", [1]), **second)
     with pytest.raises(SystemExit, match=why):
         bench.main(["--combine", _run(tmp_path, "a.json", [0]), b, "--out", str(tmp_path / "x.json")])
+
+
+def test_unknown_family_is_refused_before_any_work(bench, tmp_path):
+    out = tmp_path / "x.json"
+    with pytest.raises(SystemExit, match="unknown --families nope"):
+        bench.main(["--families", "hardened,nope", "--out", str(out)])
+    assert not out.exists()

@@ -15,8 +15,9 @@ deviation at the family's share of ``config.told_apart_level`` (0.2, Holm; mater
 ``Check.deviates`` ("told apart"): the model can be told from retrains there, so the verdict does not certify it
 either (:func:`unlearnkit.audit.verdict.distinguishable`), except below the references on a recovery statistic.
 Its level is its own, four times the flag's: it costs a genuine retrain its certificate (in at most 20 % of
-audits), never an accusation, and at the flag's level five references let models keeping a third of the original's
-excess through (``benchmarks/told_apart_level.py``).
+audits when retrains' values are Gaussian; digits' are heavier-tailed, docs/audit.md), never an accusation,
+and at the flag's level five references let models keeping a third of the original's excess through
+(``benchmarks/told_apart_level.py``).
 
 Families: ``output`` (the model's own outputs on the forget rows), ``representation`` (every audited layer),
 ``relearning`` (whole-model SGD from shots), ``heads`` (a head re-fitted or relearnt on frozen features) and

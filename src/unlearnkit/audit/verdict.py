@@ -28,7 +28,8 @@ first that returns a :class:`Decision` wins:
     (−margin, margin): names it, its interval, and how many references would decide.
 11. :func:`distinguishable`: every testable statistic certified, but some lies beyond the references' prediction
     bound (Holm, the family's share of ``told_apart_level``, 0.2) by less than its margin: told apart from
-    retrains, so not ``erased`` (a genuine retrain reads so in at most ``told_apart_level`` of audits).
+    retrains, so not ``erased`` (a genuine retrain reads so in at most ``told_apart_level`` of audits when
+    retrains' values are Gaussian).
 12. :func:`erased`: an intersection-union test: **every** testable statistic of every family, on both audit
     data, certified (its kept fraction's interval inside the margin), at least one at the output and one
     inside; it names what it certifies and what it could not test.
@@ -339,7 +340,7 @@ def distinguishable(m: Measurements) -> Decision | None:
     """Certified within the margins, yet told apart from the references by some testable statistic: beyond their
     prediction bound (Holm, the family's share of ``told_apart_level``) by less than the margin. ``erased`` says
     indistinguishable from retrain, so it is not certified (a genuine retrain reads so in at most
-    ``told_apart_level`` of audits)."""
+    ``told_apart_level`` of audits when retrains' values are Gaussian)."""
     off = [c for c in m.testable if c.deviates]
     if not off:
         return None

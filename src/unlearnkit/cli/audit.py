@@ -96,8 +96,9 @@ def audit_command(
                                                     "checks, BatchNorm re-estimation): the fraction of the original's "
                                                     "recovery a model may give back"),
     told_apart_level: float = typer.Option(0.2, help="erased also needs no statistic told apart from the "
-                                                     "references at this level (Holm within each family; at most "
-                                                     "this share of genuine retrains is left uncertified by it)"),
+                                                     "references at this level (Holm within each family; for "
+                                                     "Gaussian values at most this share of genuine retrains is "
+                                                     "left uncertified by it)"),
 ):
     """Did the unlearned model really forget? Verdict, evidence, per-layer numbers and plots.
 
