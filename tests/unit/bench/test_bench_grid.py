@@ -104,3 +104,8 @@ def test_shipped_suites_expand():
     assert {c.config["model"] for c in gpu.cells} == {"resnet18", "mirage_bottom"}
     assert {c.method for c in gpu.cells if c.kind == "method"} == set(METHODS.names()) - {"retrain"}
     assert {c.config["setting"] for c in gpu.cells if c.config["model"] == "mirage_bottom"} == {"vfl"}
+    cur = load_suite(root / "current_audit_digits.yaml")
+    assert {c.method for c in cur.cells if c.kind == "method"} == set(METHODS.names()) - {"retrain", "target"}
+    # 5 references for the class grids, 8 for the sample requests
+    assert {(bool(c.config.get("forget_classes")), c.config.get("references")) for c in cur.cells} == \
+        {(True, None), (False, 8)}
