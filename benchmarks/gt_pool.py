@@ -94,13 +94,16 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", help="where the pool's JSON goes (required unless --score)")
     p.add_argument("--score", nargs="+", metavar="JSON", help="told_apart_level.py runs to score (module docstring)")
-    p.add_argument("--pool-json", help="with --score: this script's earlier output")
+    p.add_argument("--pool-json", nargs="+", help="this script's earlier outputs: with --score, the placements "
+                                                  "scored (their rows joined); otherwise one, whose genuine retrains' "
+                                                  "measures are reused")
     a = p.parse_args(argv)
     if a.score:
         if not a.pool_json:
             print("error: --score needs --pool-json", file=sys.stderr)
             return 2
-        print("\n".join(score(json.loads(Path(a.pool_json).read_text()),
+        pools = [json.loads(Path(f).read_text()) for f in a.pool_json]
+        print("\n".join(score({"rows": [r for pool in pools for r in pool["rows"]]},
                               [json.loads(Path(f).read_text()) for f in a.score])))
         return 0
     if not a.out:
@@ -123,7 +126,15 @@ def main(argv=None) -> int:
     split = make_split(load_dataset(a.dataset), ForgetSpec(classes=(3,)))
     t0 = time.perf_counter()
     pool = []
-    for s in range(100, 100 + a.pool):
+    if a.pool_json:  # the genuine retrains' measures from an earlier run (the same probe seeds)
+        earlier = json.loads(Path(a.pool_json[0]).read_text())
+        if len(a.pool_json) > 1 or earlier["args"]["probe_seeds"] != a.probe_seeds or len(earlier["pool"]) != a.pool:
+            print(f"error: one --pool-json without --score; {a.pool_json[0]} was measured with probe seeds "
+                  f"{earlier['args']['probe_seeds']} and a pool of {len(earlier['pool'])}, not {a.probe_seeds} and "
+                  f"{a.pool}", file=sys.stderr)
+            return 2
+        pool = earlier["pool"]
+    for s in range(100 + len(pool), 100 + a.pool):
         pool.append({"seed": s, **measure(S, S.model_of("retrain", split, s), split, probe_seeds)})
         print(f"retrain{s}: probe {pool[-1]['probe']:.4f} relearn {pool[-1]['relearn']}", flush=True)
     yardstick = pool[:12]

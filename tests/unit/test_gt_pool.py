@@ -71,3 +71,11 @@ def test_score_counts_pool_keepers_and_genuine_audits(gp):
     assert "| 5 | 0.05 | 2/2 [15.8, 100.0 %] | 2/2 [15.8, 100.0 %] |" in lines
     assert "| 5 | 0.2 | 1/2 [1.3, 98.7 %] | 1/2 [1.3, 98.7 %] |" in lines
     assert lines[-1] == "pool keepers `erased` at 0.2: seed 1 K = 5 hardened (audit seed 7)"
+
+
+def test_refuses_a_pool_measured_otherwise_before_any_work(gp, tmp_path, capsys):
+    earlier = tmp_path / "pool.json"
+    earlier.write_text('{"args": {"probe_seeds": "11,22,33"}, "pool": [], "rows": []}')
+    out = tmp_path / "x.json"
+    assert gp.main(["--pool-json", str(earlier), "--probe-seeds", "1,2", "--out", str(out)]) == 2
+    assert "probe seeds 11,22,33" in capsys.readouterr().err and not out.exists()
