@@ -127,7 +127,7 @@ def derived_audit_seed(seed: int) -> int:
 
 #: retrained references the audit uses unless told otherwise: ``erased`` needs K >= 2, and the t quantiles of its
 #: equivalence tests make few references expensive (docs/audit.md, "How many references": 5 on digits, 8 on
-#: mnist5k)
+#: mnist5k; 16 on digits where the party audited may attack the audit)
 DEFAULT_REFERENCES = 5
 
 

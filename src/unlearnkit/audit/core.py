@@ -104,7 +104,8 @@ def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: S
     """Audit ``unlearned`` against ``original`` and the retrained reference(s) on ``split``.
 
     ``retrained`` is one model or a list (retrained with different seeds, without the forget set: the verdict
-    compares the unlearned model with their spread; ``erased`` needs 2 or more, 5 to 8 recommended).
+    compares the unlearned model with their spread; ``erased`` needs 2 or more, 5 to 8 recommended, 16 on
+    digits-sized data where the party audited may attack the audit: docs/audit.md).
     ``layers`` defaults to the model's audit layers (stage outputs and ``penultimate``). ``outputs`` may pass
     precomputed ``{"original": ..., "unlearned": ..., "retrained": [...]}`` from
     :func:`unlearnkit.evaluation.model_outputs` (with every audit layer and the logits) to reuse a forward pass;

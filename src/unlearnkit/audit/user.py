@@ -310,9 +310,9 @@ def audit(original: nn.Module, unlearned, retrained, *, forget=None, retain=None
             references' passes and numbers are computed once, see :class:`Auditor`). The result of
             :func:`unlearnkit.unlearn` is taken as its ``.model``.
         retrained: a list of models retrained without ``forget`` (different seeds, the same recipe as the
-            original; 5 to 8 recommended: the verdict compares the unlearned model with their spread, and one
-            reference can flag but never certify ``erased``); duplicates, the original, or a model that still
-            predicts ``forget`` are refused.
+            original; 5 to 8 recommended, 16 on digits-sized data where the party audited may attack the audit:
+            the verdict compares the unlearned model with their spread, and one reference can flag but never
+            certify ``erased``); duplicates, the original, or a model that still predicts ``forget`` are refused.
         forget: the training rows to forget (required, as are retain and test).
         retain: the retained training rows.
         test: held-out rows none of the models trained on. Each of the three is a ``Dataset`` (of

@@ -47,8 +47,9 @@ def audit_command(
     unlearned: Path = typer.Option(..., help="checkpoint of the unlearned model to audit"),
     retrained: List[Path] = typer.Option(
         ..., "--retrained", help="checkpoint of a model retrained without the forget set; repeat the option "
-                                 "for several seeds (5 to 8 recommended: the verdict compares the unlearned model "
-                                 "with their spread; erased needs 2 or more)"),
+                                 "for several seeds (5 to 8 recommended, 16 on digits-sized data where the party "
+                                 "audited may attack the audit: the verdict compares the unlearned model with their "
+                                 "spread; erased needs 2 or more)"),
     dataset: str = typer.Option(..., help="dataset the models were trained on (unlearnkit list datasets): their "
                                           "classes and input shape, and the split for any part not given as a file"),
     forget_data: Optional[Path] = typer.Option(None, help="your forget set: a torch.save'd {'x': x, 'y': y} or (x, y) "
