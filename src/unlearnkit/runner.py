@@ -233,7 +233,7 @@ def prepare(cfg: RunConfig, progress: bool = True, build=build_split) -> Experim
 def train_references(exp: Experiment) -> References:
     """Step 2: the original and the retrained reference (cached), and with an audit the further retrains
     of seeds ``seed+1 ..`` whose spread it judges against (:func:`audit_references`). The further retrains
-    are trained together, batched across the models, where the architecture allows
+    are trained together, batched across the models, on a GPU where the architecture allows
     (:func:`unlearnkit.training.reference_models`); the retrain of ``seed`` is trained alone, so its
     training time, which the methods' speedups divide, is that of one retrain."""
     cfg = exp.cfg
