@@ -44,10 +44,9 @@ def run_command(
     audit: bool = typer.Option(True, help="run the representation audit of every model"),
     idi: bool = typer.Option(False, "--idi/--no-idi", help="also estimate IDI in every audit (slower: trains "
                                                            "InfoNCE critics)"),
-    references: Optional[int] = typer.Option(None, help="retrained references of seeds seed..seed+K-1 for the "
-                                             "audit, which judges every model against their spread; erased needs "
-                                             "K >= 2; 5 on digits, 8 on mnist5k, 16 on digits where the party "
-                                             "audited may attack the audit (docs/audit.md) [5]"),
+    references: Optional[int] = typer.Option(None, help="retrained references (seeds seed..seed+K-1) the audit judges "
+                                             "against; erased needs K >= 2; 5 on digits, 8 on mnist5k, 16 on digits "
+                                             "where the party audited may attack the audit (docs/audit.md) [5]"),
     progress: bool = typer.Option(True, help="show progress bars"),
     amp: Optional[str] = AMP,
     channels_last: Optional[bool] = CHANNELS_LAST,
