@@ -43,14 +43,22 @@ FAMILIES = ("hardened", "hardened_keep3", "hardened_keep10", "hardened_indist", 
 
 
 def suite():
-    """``benchmarks/attack_suite.py`` (benchmarks is not a package)."""
-    import importlib.util
+    """``benchmarks/attack_suite.py``, imported as ``told_apart_level.py`` imports it (benchmarks is not a
+    package)."""
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    import attack_suite
 
-    spec = importlib.util.spec_from_file_location("attack_suite", HERE / "attack_suite.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["attack_suite"] = module
-    spec.loader.exec_module(module)
-    return module
+    return attack_suite
+
+
+def read_json(path: str) -> dict:
+    """An earlier run's JSON, or one ``error:`` line (exit 2) when it cannot be read."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        print(f"error: cannot read {path}: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def measure(S, model, split, probe_seeds: list[int]) -> dict:
@@ -77,10 +85,8 @@ def placement(gt: dict, pool: list[dict], yardstick: list[dict], S) -> dict:
 
 
 def exact(k: int, n: int) -> str:
-    from scipy.stats import beta
-
-    lo = 0.0 if k == 0 else beta.ppf(0.025, k, n - k + 1)
-    hi = 1.0 if k == n else beta.ppf(0.975, k + 1, n - k)
+    """``k/n [lo, hi %]`` with the suite's exact (Clopper-Pearson) 95 % bounds."""
+    lo, hi = suite().sibling("audit_calibrate").clopper_pearson(k, n)
     return f"{k}/{n} [{100 * lo:.1f}, {100 * hi:.1f} %]"
 
 
@@ -102,9 +108,8 @@ def main(argv=None) -> int:
         if not a.pool_json:
             print("error: --score needs --pool-json", file=sys.stderr)
             return 2
-        pools = [json.loads(Path(f).read_text()) for f in a.pool_json]
-        print("\n".join(score({"rows": [r for pool in pools for r in pool["rows"]]},
-                              [json.loads(Path(f).read_text()) for f in a.score])))
+        pools = [read_json(f) for f in a.pool_json]
+        print("\n".join(score({"rows": [r for pool in pools for r in pool["rows"]]}, [read_json(f) for f in a.score])))
         return 0
     if not a.out:
         print("error: --out is required", file=sys.stderr)
@@ -127,7 +132,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     pool = []
     if a.pool_json:  # the genuine retrains' measures from an earlier run (the same probe seeds)
-        earlier = json.loads(Path(a.pool_json[0]).read_text())
+        earlier = read_json(a.pool_json[0])
         if len(a.pool_json) > 1 or earlier["args"]["probe_seeds"] != a.probe_seeds or len(earlier["pool"]) != a.pool:
             print(f"error: one --pool-json without --score; {a.pool_json[0]} was measured with probe seeds "
                   f"{earlier['args']['probe_seeds']} and a pool of {len(earlier['pool'])}, not {a.probe_seeds} and "
@@ -149,9 +154,9 @@ def main(argv=None) -> int:
             row = {"seed": seed, "family": family, **gt, **placement(gt, pool, yardstick, S),
                    "kept_share": S.kept_share(gt["probe"], orig["probe"], pool)}
             rows.append(row)
-            print(f"s{seed} {family:22s} probe {gt['probe']:.4f} (z {row['z_log_probe']:+.2f}) genuine at or below "
+            print(f"s{seed} {family:22s} probe {gt['probe']} (z {row['z_log_probe']}) genuine at or below "
                   f"{row['pool_at_or_below']}/{row['pool_n']} keeps: 12 {row['keeps_12']!s:5s} pool "
-                  f"{row['keeps_pool']!s:5s} kept share {row['kept_share']:.2f}", flush=True)
+                  f"{row['keeps_pool']!s:5s} kept share {row['kept_share']}", flush=True)
     lines = summary(rows, pool)
     print("\n".join(lines))
     payload = {"args": vars(a), "pool": pool, "rows": rows, "summary": lines,
@@ -170,7 +175,9 @@ def summary(rows: list[dict], pool: list[dict]) -> list[str]:
            "| seed | family | probe loss | genuine at or below it (oracle cost) | keeper (12) | keeper (pool) |",
            "|---|---|---|---|---|---|"]
     for r in rows:
-        if r["keeps_12"] or r["keeps_pool"]:
+        if r["probe"] is None:  # non-finite features: no probe, so no place in the pool
+            out.append(f"| {r['seed']} | {r['family']} | - | - | {r['keeps_12']} | {r['keeps_pool']} |")
+        elif r["keeps_12"] or r["keeps_pool"]:
             out.append(f"| {r['seed']} | {r['family']} | {r['probe']:.4f} | {exact(r['pool_at_or_below'], r['pool_n'])}"
                        f" | {r['keeps_12']} | {r['keeps_pool']} |")
     return out
@@ -178,7 +185,7 @@ def summary(rows: list[dict], pool: list[dict]) -> list[str]:
 
 def pool_keeper(row: dict) -> bool:
     """Below every genuine retrain of the pool on the probe, or a keeper by the suite's rule against the pool."""
-    return row["pool_at_or_below"] == 0 or bool(row["keeps_pool"])
+    return row["pool_at_or_below"] == 0 or bool(row["keeps_pool"])  # None (no probe) is not 0
 
 
 def score(pool: dict, runs: list[dict]) -> list[str]:

@@ -79,3 +79,9 @@ def test_refuses_a_pool_measured_otherwise_before_any_work(gp, tmp_path, capsys)
     out = tmp_path / "x.json"
     assert gp.main(["--pool-json", str(earlier), "--probe-seeds", "1,2", "--out", str(out)]) == 2
     assert "probe seeds 11,22,33" in capsys.readouterr().err and not out.exists()
+
+
+def test_an_unreadable_run_is_one_error_line(gp, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        gp.main(["--pool-json", str(tmp_path / "missing.json"), "--score", str(tmp_path / "also.json")])
+    assert e.value.code == 2 and capsys.readouterr().err.startswith("error: cannot read ")
