@@ -153,7 +153,9 @@ def train_references(make_model, fit=None, *, forget, retain, k: int | None = No
     (:mod:`unlearnkit.batched`, equal to one after another up to float rounding) when the architecture
     allows, else (and on the CPU, where batching measured no faster: :func:`unlearnkit.batched.batching_pays`)
     one after another (the reason logged). ``k`` (default 8) references of seeds ``0..k-1``,
-    or ``seeds`` (distinct, 0..2**32-1). ``forget`` / ``retain``: as :func:`unlearn` takes them; a forget row
+    or ``seeds`` (distinct, 0..2**32-1; where the party audited may attack the audit, seeds it cannot guess,
+    e.g. ``[secrets.randbits(31) for _ in range(16)]``: references of guessable seeds it can train itself).
+    ``forget`` / ``retain``: as :func:`unlearn` takes them; a forget row
     inside ``retain`` is refused. Every argument is checked before any training (a
     :class:`~unlearnkit.UserError` naming it)."""
     seeds = _reference_seeds(k, seeds)

@@ -95,3 +95,23 @@ def provenance(shas: list[str], given: list[dict] | None) -> list[dict]:
         rec.update({k: v for k, v in (extra or {}).items() if v is not None})
         out.append(rec)
     return out
+
+
+def reference_seeds(audit_seed: int, k: int, avoid=()) -> list[int]:
+    """``k`` distinct training seeds in 0..2**31-2 for references the auditor trains, drawn from the audit seed
+    (so unknown to the party audited before the audit, and the same again when the audit is repeated with
+    ``--audit-seed``), none of them in ``avoid`` (the seeds of references given as files).
+
+    Why: references whose seeds the party audited can guess (the docs' 1..K, a run's s..s+K-1) it can train
+    itself, bit for bit on the same kind of CPU, and tune its model to sit at their very centre on every
+    statistic; with seeds it cannot know it can only match retrains like them (the threat model's "owns a
+    retrain"). [INFERRED] No reference code."""
+    import numpy as np
+
+    rng = np.random.default_rng([int(audit_seed), 0x52454653])  # a stream of its own ("REFS")
+    avoid, seeds = {int(s) for s in avoid if s is not None}, []
+    while len(seeds) < k:
+        s = int(rng.integers(0, 2 ** 31 - 1))
+        if s not in avoid and s not in seeds:
+            seeds.append(s)
+    return seeds

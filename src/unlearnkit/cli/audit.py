@@ -45,11 +45,15 @@ def audit_command(
     *,
     original: Path = typer.Option(..., help="checkpoint of the original model (trained on everything)"),
     unlearned: Path = typer.Option(..., help="checkpoint of the unlearned model to audit"),
-    retrained: List[Path] = typer.Option(
-        ..., "--retrained", help="checkpoint of a model retrained without the forget set; repeat the option "
-                                 "for several seeds (5 to 8 recommended, 16 on digits-sized data where the party "
-                                 "audited may attack the audit: the verdict compares the unlearned model with their "
-                                 "spread; erased needs 2 or more)"),
+    retrained: Optional[List[Path]] = typer.Option(
+        None, "--retrained", help="checkpoint of a model retrained without the forget set; repeat the option "
+                                  "for several seeds (5 to 8 recommended, 16 on digits-sized data where the party "
+                                  "audited may attack the audit: the verdict compares the unlearned model with their "
+                                  "spread; erased needs 2 or more)"),
+    train_references: int = typer.Option(
+        0, min=0, max=64, help="train this many references here (besides any --retrained), with the original's "
+                               "recipe and seeds drawn from the audit seed: the party audited cannot train the "
+                               "same ones (an unlearnkit original on unlearnkit's split)"),
     dataset: str = typer.Option(..., help="dataset the models were trained on (unlearnkit list datasets): their "
                                           "classes and input shape, and the split for any part not given as a file"),
     forget_data: Optional[Path] = typer.Option(None, help="your forget set: a torch.save'd {'x': x, 'y': y} or (x, y) "
@@ -105,18 +109,21 @@ def audit_command(
 
     Why it is long: typer reads the options from the signature (most of its lines); the body is ten lines."""
     from ..audit import AuditConfig
+    from ..audit.core import with_audit_seed
 
     files = {"forget": forget_data, "retain": retain_data, "test": test_data}
     spec = _forget_spec(files, forget_classes, forget_random, forget_indices, forget_flipped)
     layer_list = parse_layers(layers)
-    _check_files(original, unlearned, retrained, out)
+    retrained = list(retrained or [])
+    _check_files(original, unlearned, retrained, out, train_references, files)
     config = AuditConfig(center=center, confidence=confidence, n_splits=n_splits, audit_data=audit_data,
                          bn_recalibration=resurface, head_refit=resurface, head_relearn=resurface,
                          relearn=resurface, n_jobs=jobs, idi=idi, audit_seed=audit_seed, kept_margin=margin,
                          recovery_margin=recovery_margin, told_apart_level=told_apart_level)
-    data = {"dataset": dataset, "data_dir": data_dir, "download": download, "data_seed": data_seed, "files": files}
-    return _audit([original, unlearned, *retrained], spec, data, model=model, layers=layer_list, config=config,
-                  device=device, out=out)
+    data = {"dataset": dataset, "data_dir": data_dir, "download": download, "data_seed": data_seed, "files": files,
+            "train_references": train_references}
+    return _audit([original, unlearned, *retrained], spec, data, model=model, layers=layer_list,
+                  config=with_audit_seed(config) if train_references else config, device=device, out=out)
 
 
 def _forget_spec(files: dict, forget_classes, forget_random, forget_indices, forget_flipped=None):
@@ -158,6 +165,11 @@ def _audit(paths: list[Path], spec, data: dict, *, model, layers, config, device
     console = Console()
     m_o, m_u, refs, plain, provenance = _models(paths[0], paths[1], paths[2:], model=model, bundle=bundle,
                                                 split_hash=split.split_hash if theirs else None, console=console)
+    if data.get("train_references"):
+        given_seeds = [p.get("seed") for p in provenance]
+        more, more_provenance = trained_references(paths[0], data["train_references"], config.audit_seed, split,
+                                                   device=dev, avoid=given_seeds)
+        refs, provenance = [*refs, *more], [*provenance, *more_provenance]
     if theirs and plain:
         warn(f"the checkpoints are plain state dicts, audited on unlearnkit's {bundle.name} split and normalisation "
              f"(not your own data pipeline): give --forget-data, --retain-data and --test-data to audit on yours")
@@ -212,11 +224,17 @@ def user_data_split(files: dict, split, bundle):
     return user_split(parts["forget"], parts["retain"], parts["test"], num_classes=bundle.num_classes)
 
 
-def _check_files(original: Path, unlearned: Path, retrained: list[Path], out: Path) -> None:
+def _check_files(original: Path, unlearned: Path, retrained: list[Path], out: Path, train_references: int = 0,
+                 files: dict | None = None) -> None:
     """The checkpoints exist and can be read; ``--out`` can be written (a 35-second audit that cannot
-    write its report fails now, not at the end)."""
-    if not retrained:
-        raise UserError("give at least one --retrained checkpoint (a model retrained without the forget set)")
+    write its report fails now, not at the end); references to train need unlearnkit's split."""
+    if not retrained and not train_references:
+        raise UserError("give at least one --retrained checkpoint (a model retrained without the forget set) or "
+                        "--train-references K")
+    if train_references and any((files or {}).values()):
+        given = next(f"--{role}-data" for role, p in files.items() if p is not None)
+        raise UserError(f"--train-references trains on unlearnkit's split, not on {given}: train references on your "
+                        f"data with uk.train_references and give them as --retrained")
     for role, path in [("--original", original), ("--unlearned", unlearned), *(("--retrained", p) for p in retrained)]:
         validate.input_file(role, path)
     validate.output_dir("--out", out)
@@ -240,6 +258,36 @@ def _models(original: Path, unlearned: Path, retrained: list[Path], *, model, bu
         metas.append(meta_r)
     return m_o, m_u, refs, any(m.get("source") == "plain state_dict" for m in metas), \
         [_provenance(path, meta) for path, meta in zip(retrained, metas[2:])]
+
+
+def trained_references(original: Path, k: int, audit_seed: int, split, *, device, avoid=()) -> tuple[list, list]:
+    """``k`` references trained here (or found in the model cache): retrains of the original's recipe, model and
+    runtime (read from its unlearnkit checkpoint) on ``split`` without the forget set, with seeds drawn from the
+    audit seed (:func:`unlearnkit.audit.integrity.reference_seeds`); the models and their provenance."""
+    from ..audit.integrity import reference_seeds
+    from ..checkpoints import read_checkpoint
+    from ..loop import Recipe
+    from ..runtime import Runtime
+    from ..training import reference_models
+
+    meta = read_checkpoint(original).get("meta")
+    key = (meta.get("key") if isinstance(meta, dict) else None) or {}
+    if key.get("kind") != "original" or "recipe" not in key or key.get("model") == "vfl":
+        raise UserError(f"--train-references needs an original trained by unlearnkit in the standard setting (its "
+                        f"checkpoint names the recipe references must share); {original} does not say how it was "
+                        f"trained: train references with uk.train_references and give them as --retrained")
+    if key.get("dataset") != split.dataset.fingerprint() or key.get("label_noise") != split.extra.get("label_noise"):
+        raise UserError(f"--original {original} was trained on other data than --dataset {split.dataset.name} with "
+                        f"this forget request's labels: references trained here would not be its retrains")
+    recipe = Recipe(**{**key["recipe"], "milestones": tuple(key["recipe"].get("milestones") or ())})
+    seeds = reference_seeds(audit_seed, k, avoid)
+    typer.echo(f"training {k} references here (seeds drawn from audit seed {audit_seed}; cached)", err=True)
+    refs = reference_models("retrain", split, key["model"], recipe, seeds=seeds, model_kwargs=key.get("model_kwargs"),
+                            device=device, runtime=Runtime(amp=key.get("amp", "off")))
+    return [r.model for r in refs], [
+        {"source": "unlearnkit (audit --train-references: seed drawn from the audit seed)", "seed": s,
+         "recipe": recipe.to_dict(), "split_hash": split.split_hash}
+        for s in seeds]
 
 
 def _provenance(path: Path, meta: dict) -> dict:
