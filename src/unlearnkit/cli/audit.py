@@ -276,9 +276,14 @@ def trained_references(original: Path, k: int, audit_seed: int, split, *, device
         raise UserError(f"--train-references needs an original trained by unlearnkit in the standard setting (its "
                         f"checkpoint names the recipe references must share); {original} does not say how it was "
                         f"trained: train references with uk.train_references and give them as --retrained")
-    if key.get("dataset") != split.dataset.fingerprint() or key.get("label_noise") != split.extra.get("label_noise"):
-        raise UserError(f"--original {original} was trained on other data than --dataset {split.dataset.name} with "
-                        f"this forget request's labels: references trained here would not be its retrains")
+    if key.get("label_noise") != split.extra.get("label_noise"):
+        theirs = "with flipped labels" if key.get("label_noise") else "on clean labels"
+        raise UserError(f"--original {original} was trained {theirs}, unlike this forget request (--forget-flipped "
+                        f"with the same fraction and --data-seed as its training): references trained here would "
+                        f"not be its retrains")
+    if key.get("dataset") != split.dataset.fingerprint():
+        raise UserError(f"--original {original} was trained on other data than --dataset {split.dataset.name}: "
+                        f"references trained here would not be its retrains")
     recipe = Recipe(**{**key["recipe"], "milestones": tuple(key["recipe"].get("milestones") or ())})
     seeds = reference_seeds(audit_seed, k, avoid)
     typer.echo(f"training {k} references here (seeds drawn from audit seed {audit_seed}; cached)", err=True)

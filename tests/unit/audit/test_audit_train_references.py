@@ -91,3 +91,14 @@ def test_an_original_that_does_not_name_its_recipe_is_refused(tmp_path, monkeypa
     assert res.exit_code == 2, res.output
     assert "does not say how it was trained" in res.output and "uk.train_references" in res.output
     assert not (tmp_path / "cache").exists()  # nothing trained
+
+
+@pytest.mark.heavy  # trains an original (2 epochs)
+def test_an_original_of_other_labels_is_refused_before_training(trained, tmp_path):
+    o, u = trained
+    res = CliRunner().invoke(app, ["audit", "--original", str(o), "--unlearned", str(u), "--dataset", "digits",
+                                   "--forget-flipped", "0.05", "--train-references", "2", "--out", str(tmp_path / "a")])
+    assert res.exit_code == 2, res.output
+    assert "was trained on clean labels, unlike this forget request" in res.output
+    assert not (tmp_path / "a").exists()
+    assert not list((tmp_path / "cache").glob("*retrain*"))  # no reference trained
