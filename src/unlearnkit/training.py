@@ -213,7 +213,9 @@ def reference_models(kind: str, split, model_name: str, recipe: Recipe, *, seeds
            or batch_support(_build(model_name, split.dataset, model_kwargs), data.normalize(data.x[:2]),
                             runtime=runtime))
     if why is not None:
-        if len(seeds) > 1:
+        paths = [reference_path(kind, split, model_name, model_kwargs, recipe, s, cache_dir=cache_dir,
+                                runtime=runtime)[1] for s in seeds]
+        if len(seeds) > 1 and not all(p.exists() for p in paths):  # said only when something is to be trained
             log.info("references of seeds %s trained one after another: %s", seeds, why)
         return [reference_model(kind, split, model_name, recipe, seed=s, **common) for s in seeds]
     entries = {s: reference_path(kind, split, model_name, model_kwargs, recipe, s, cache_dir=cache_dir,
