@@ -286,8 +286,10 @@ def trained_references(original: Path, k: int, audit_seed: int, split, *, device
                         f"references trained here would not be its retrains")
     recipe = Recipe(**{**key["recipe"], "milestones": tuple(key["recipe"].get("milestones") or ())})
     seeds = reference_seeds(audit_seed, k, avoid)
-    typer.echo(f"references: {k} retrains of the original's recipe, seeds drawn from audit seed {audit_seed} "
-               f"(trained here, or read from the model cache where an audit trained them before)", err=True)
+    typer.echo(f"references: {k} retrains of the recipe {original}'s checkpoint names (epochs {recipe.epochs}, "
+               f"lr {recipe.lr:g}, batch {recipe.batch_size}, {recipe.optimizer}, {recipe.schedule}; audit.json has "
+               f"all of it), seeds drawn from audit seed {audit_seed} (trained here, or read from the model cache "
+               f"where an audit trained them before)", err=True)
     refs = reference_models("retrain", split, key["model"], recipe, seeds=seeds, model_kwargs=key.get("model_kwargs"),
                             device=device, runtime=Runtime(amp=key.get("amp", "off")))
     return [r.model for r in refs], [
