@@ -109,3 +109,10 @@ def test_shipped_suites_expand():
     # 5 references for the class grids, 8 for the sample requests
     assert {(bool(c.config.get("forget_classes")), c.config.get("references")) for c in cur.cells} == \
         {(True, None), (False, 8)}
+    rest = load_suite(root / "current_audit_rest.yaml")  # the other blocks of docs/leaderboard.md
+    assert {c.method for c in rest.cells if c.kind == "method" and c.config["dataset"] == "mnist5k"} == \
+        set(METHODS.names()) - {"retrain", "target"}
+    assert {c.config.get("references") for c in rest.cells if c.config["dataset"] == "mnist5k"} == {8}
+    assert {c.config.get("task") for c in rest.cells if c.config["dataset"] == "digits"} >= \
+        {"all_matched", "target_mismatch", "model_mismatch", "data_mismatch"}
+    assert {c.config["setting"] for c in rest.cells if c.config["model"] == "mirage_bottom"} == {"vfl"}
