@@ -10,8 +10,10 @@ for another class, was accepted with a warning). Refused, each with one line nam
 * a reference with the original's weights, or with the audited model's (a model audited against itself);
 * a reference that still predicts the forget set: its forget accuracy is more than ``not_forgotten_margin``
   points above the other references' mean and significantly so (the ``not_forgotten`` rule's z-test), i.e. it
-  would itself be read ``not_forgotten`` against them: it was not trained without the forget set (a retrain for
-  another class, the original fine-tuned).
+  would itself be read ``not_forgotten`` against them, and beyond the others' own seed-to-seed spread by that
+  margin (:func:`check_predictions`): it was not trained without the forget set (a retrain for another class,
+  the original fine-tuned). Two or more such references inflate the others' spread and pass; they then widen
+  every interval of the verdict, which certifies less, not more.
 
 :func:`provenance` records, per reference, its sha256 and whatever its caller knows (seed, recipe, the cache
 entry, whether unlearnkit trained it or the user supplied it) for audit.json and the report.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import statistics
 
 import torch
 from scipy import stats
@@ -67,7 +70,13 @@ def check_identities(original: nn.Module, unlearned: nn.Module, refs: list[nn.Mo
 
 def check_predictions(forget_acc: list[float], n_forget: int, margin: float, confidence: float) -> None:
     """Refuse a reference whose forget accuracy would read ``not_forgotten`` against the other references
-    (module docstring); ``forget_acc``: each reference's, in percent."""
+    (module docstring), and that lies beyond the spread of genuine retrains as the others show it: more than
+    ``margin`` points above the others' one-sided prediction bound at ``confidence`` (Student-t, their own
+    standard deviation, with two or more others). Where retrains predict part of the forget set by themselves
+    (TARF's mismatch tasks: a fine class forgotten, its rows still labelled by their superclass) their forget
+    accuracies spread from seed to seed (digits ``model_mismatch``: 28-42 %), which the binomial test alone
+    reads as one reference predicting the forget set; where retrains reach 0 % (a class forgotten) the others'
+    spread is 0 and the test is as before. ``forget_acc``: each reference's, in percent."""
     k = len(forget_acc)
     if k < 2 or n_forget < 1:
         return
@@ -79,7 +88,11 @@ def check_predictions(forget_acc: list[float], n_forget: int, margin: float, con
         pu, pr = acc / 100.0, rest / 100.0
         se = math.sqrt(max(pu * (1 - pu), 0.0) / n_forget + max(pr * (1 - pr), 0.0) / n_forget)
         significant = se == 0.0 or (pu - pr) / se > stats.norm.ppf(confidence)
-        if acc - rest > margin and significant:
+        bound = rest
+        if len(others) >= 2:
+            sd = statistics.stdev(others)
+            bound += stats.t.ppf(confidence, len(others) - 1) * sd * math.sqrt(1 + 1 / len(others))
+        if acc - bound > margin and significant:
             raise UserError(f"retrained reference {i + 1} predicts the forget set (forget accuracy {acc:.1f}% where "
                             f"the other references reach {rest:.1f}%): it was not trained without the forget set "
                             f"(a retrain for another request, or the original fine-tuned?)")
