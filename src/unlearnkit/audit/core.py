@@ -151,7 +151,8 @@ def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: S
     measured = measurements(outputs_unlearned=outs.unlearned, outputs_retrained=outs.retrained, checks=checks,
                             n_forget={k: d.n_forget for k, d in datas.items()}, sample_level=ctx.sample_level,
                             n_train_forget=len(split.train_forget), n_refs=len(passes.refs), config=config,
-                            utility=utility, kept_layers=kept, not_applicable=not_applicable)
+                            utility=utility, kept_layers=kept, not_applicable=not_applicable,
+                            reference_forget_acc=[o["forget_acc"] for o in outs.per_reference])
     decision = decide(measured)
     return AuditReport(
         verdict=decision.verdict, evidence=decision.evidence, rests_on=rests_on, rests_on_reason=reason,

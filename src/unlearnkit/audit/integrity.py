@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import hashlib
 import math
-import statistics
 
 import torch
 from scipy import stats
 from torch import nn
 
 from ..errors import UserError
+from ..metrics.equivalence import upper_prediction_bound
 
 
 def fingerprint(model: nn.Module) -> str:
@@ -88,11 +88,7 @@ def check_predictions(forget_acc: list[float], n_forget: int, margin: float, con
         pu, pr = acc / 100.0, rest / 100.0
         se = math.sqrt(max(pu * (1 - pu), 0.0) / n_forget + max(pr * (1 - pr), 0.0) / n_forget)
         significant = se == 0.0 or (pu - pr) / se > stats.norm.ppf(confidence)
-        bound = rest
-        if len(others) >= 2:
-            sd = statistics.stdev(others)
-            bound += stats.t.ppf(confidence, len(others) - 1) * sd * math.sqrt(1 + 1 / len(others))
-        if acc - bound > margin and significant:
+        if acc - upper_prediction_bound(others, confidence) > margin and significant:
             raise UserError(f"retrained reference {i + 1} predicts the forget set (forget accuracy {acc:.1f}% where "
                             f"the other references reach {rest:.1f}%): it was not trained without the forget set "
                             f"(a retrain for another request, or the original fine-tuned?)")

@@ -9,8 +9,9 @@ first that returns a :class:`Decision` wins:
 1. :func:`collapsed`: retained utility destroyed: train-retain or test-retain accuracy more than
    ``collapse_margin`` points below retrain's.
 2. :func:`not_forgotten`: forget accuracy more than ``not_forgotten_margin`` points above retrain's, and
-   significantly so (one-sided two-proportion z-test at ``confidence``); or the output's confidence on the
-   forget rows is flagged *above* the references' (membership).
+   significantly so (one-sided two-proportion z-test at ``confidence``), and that margin beyond the references'
+   own upper prediction bound (their seed-to-seed spread; the same as their mean where retrains all read 0 %);
+   or the output's confidence on the forget rows is flagged *above* the references' (membership).
 3. :func:`suppressed`: a family that looks inside the model (representation, relearning, heads, BatchNorm)
    flags it above the references: the representation keeps the forget data, or they come back under cheap
    tampering; or the output's per-example agreement is flagged (the forget examples ordered as by the
@@ -49,7 +50,7 @@ from typing import Callable
 
 from scipy import stats
 
-from ..metrics.equivalence import excess_to_test, references_to_certify, references_to_test
+from ..metrics.equivalence import excess_to_test, references_to_certify, references_to_test, upper_prediction_bound
 from .checks import INSIDE, Check
 from .config import AuditConfig
 
@@ -76,6 +77,7 @@ class Measurements:
     utility: dict = field(default_factory=dict)
     kept_layers: tuple[str, ...] = ()
     not_applicable: dict = field(default_factory=dict)  # family/check -> why it did not run
+    reference_forget_acc: tuple[float, ...] = ()  # each reference's forget accuracy (percent)
 
     @property
     def alpha(self) -> float:
@@ -99,10 +101,11 @@ class Decision:
 
 def measurements(*, outputs_unlearned: dict, outputs_retrained: dict, checks: list[Check], n_forget: dict[str, int],
                  sample_level: bool, n_train_forget: int, n_refs: int, config: AuditConfig, utility: dict | None = None,
-                 kept_layers=(), not_applicable: dict | None = None) -> Measurements:
+                 kept_layers=(), not_applicable: dict | None = None, reference_forget_acc=()) -> Measurements:
     """The record the rules read."""
     return Measurements(outputs_unlearned, outputs_retrained, tuple(checks), n_forget, sample_level, n_train_forget,
-                        n_refs, config, utility or {}, tuple(kept_layers), dict(not_applicable or {}))
+                        n_refs, config, utility or {}, tuple(kept_layers), dict(not_applicable or {}),
+                        tuple(float(a) for a in reference_forget_acc))
 
 
 # --- evidence text -----------------------------------------------------------------------------------
@@ -191,9 +194,12 @@ def not_forgotten(m: Measurements) -> Decision | None:
     n_f = max(m.n_train_forget, 1)
     se = math.sqrt(max(pu * (1 - pu), 0.0) / n_f + max(pr * (1 - pr), 0.0) / n_f)
     significant = se == 0.0 or (pu - pr) / se > stats.norm.ppf(cfg.confidence)
-    if fu - fr > cfg.not_forgotten_margin and significant:
+    refs = [a for a in m.reference_forget_acc if math.isfinite(a)]
+    bound = upper_prediction_bound(refs, cfg.confidence) if len(refs) >= 2 else fr
+    if fu - fr > cfg.not_forgotten_margin and significant and fu - bound > cfg.not_forgotten_margin:
+        spread = f", {fu - bound:.1f} beyond the references' spread (bound {bound:.1f}%)" if bound > fr + 0.05 else ""
         return Decision("not_forgotten", [
-            f"forget accuracy {fu:.1f}% vs retrain's {fr:.1f}% (+{fu - fr:.1f} points, margin "
+            f"forget accuracy {fu:.1f}% vs retrain's {fr:.1f}% (+{fu - fr:.1f} points{spread}, margin "
             f"{cfg.not_forgotten_margin:g}): the model still predicts the forget set"])
     flagged = [c for c in m.flagged("above", ("output",)) if c.measure.name == "output confidence"]
     if flagged:

@@ -57,6 +57,18 @@ def t_quantile(df: int, p: float) -> float:
     return float(stats.t.ppf(p, df))
 
 
+def upper_prediction_bound(values: Sequence[float], confidence: float) -> float:
+    """One-sided upper prediction bound at ``confidence`` for one more draw like ``values`` (Student-t with
+    their own standard deviation: mean + t_{n-1, confidence} sd sqrt(1 + 1/n)); their mean where there is one
+    value (no spread to read)."""
+    vals = [float(v) for v in values]
+    mean = sum(vals) / len(vals)
+    if len(vals) < 2:
+        return mean
+    sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
+    return mean + t_quantile(len(vals) - 1, confidence) * sd * math.sqrt(1 + 1 / len(vals))
+
+
 @dataclass(frozen=True)
 class RuleResult:
     """One statistic of one model judged against the references (module docstring).
