@@ -74,7 +74,7 @@ def check_predictions(forget_acc: list[float], n_forget: int, margin: float, con
     ``margin`` points above the others' one-sided prediction bound at ``confidence`` (Student-t, their own
     standard deviation, with two or more others). Where retrains predict part of the forget set by themselves
     (TARF's mismatch tasks: a fine class forgotten, its rows still labelled by their superclass) their forget
-    accuracies spread from seed to seed (digits ``model_mismatch``: 28-42 %), which the binomial test alone
+    accuracies spread from seed to seed (digits ``model_mismatch``: 17-42 %), which the binomial test alone
     reads as one reference predicting the forget set; where retrains reach 0 % (a class forgotten) the others'
     spread is 0 and the test is as before. ``forget_acc``: each reference's, in percent."""
     k = len(forget_acc)

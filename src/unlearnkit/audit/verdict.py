@@ -195,7 +195,7 @@ def not_forgotten(m: Measurements) -> Decision | None:
     se = math.sqrt(max(pu * (1 - pu), 0.0) / n_f + max(pr * (1 - pr), 0.0) / n_f)
     significant = se == 0.0 or (pu - pr) / se > stats.norm.ppf(cfg.confidence)
     refs = [a for a in m.reference_forget_acc if math.isfinite(a)]
-    bound = upper_prediction_bound(refs, cfg.confidence) if len(refs) >= 2 else fr
+    bound = upper_prediction_bound(refs, cfg.confidence) if refs else fr  # one reference: its value
     if fu - fr > cfg.not_forgotten_margin and significant and fu - bound > cfg.not_forgotten_margin:
         spread = f", {fu - bound:.1f} beyond the references' spread (bound {bound:.1f}%)" if bound > fr + 0.05 else ""
         return Decision("not_forgotten", [

@@ -282,8 +282,9 @@ def trained_references(original: Path, k: int, audit_seed: int, split, *, device
                         f"with the same fraction and --data-seed as its training): references trained here would "
                         f"not be its retrains")
     if key.get("dataset") != split.dataset.fingerprint():
-        raise UserError(f"--original {original} was trained on other data than --dataset {split.dataset.name}: "
-                        f"references trained here would not be its retrains")
+        raise UserError(f"--original {original} was trained on other data than --dataset {split.dataset.name} with "
+                        f"--data-seed {split.dataset.data_seed} (another dataset, or another --data-seed?): references "
+                        f"trained here would not be its retrains")
     recipe = Recipe(**{**key["recipe"], "milestones": tuple(key["recipe"].get("milestones") or ())})
     seeds = reference_seeds(audit_seed, k, avoid)
     typer.echo(f"references: {k} retrains of the recipe {original}'s checkpoint names (epochs {recipe.epochs}, "

@@ -102,3 +102,13 @@ def test_an_original_of_other_labels_is_refused_before_training(trained, tmp_pat
     assert "was trained on clean labels, unlike this forget request" in res.output
     assert not (tmp_path / "a").exists()
     assert not list((tmp_path / "cache").glob("*retrain*"))  # no reference trained
+
+
+@pytest.mark.heavy  # trains an original (2 epochs)
+def test_an_original_of_another_data_seed_is_refused_before_training(trained, tmp_path):
+    o, u = trained
+    res = _audit(o, u, tmp_path / "a", "--train-references", "2", "--data-seed", "1")
+    assert res.exit_code == 2, res.output
+    assert "another --data-seed?" in res.output
+    assert not (tmp_path / "a").exists()
+    assert not list((tmp_path / "cache").glob("*retrain*"))
