@@ -213,6 +213,7 @@ DOMAIN = [
     ("audit", ["--confidence", "1.5"], "confidence"),
     ("audit", ["--n-splits", "1"], "n_splits"),
     ("audit", ["--told-apart-level", "0.01"], "told_apart_level"),
+    ("audit", ["--joint-level", "0"], "joint_level"),
     ("audit", ["--forget-classes", ","], "--forget-classes"),
     ("audit", ["--forget-random", "0.5", "--forget-classes", "3"], "exactly one"),
     ("bench", ["--jobs", "0"], "--jobs"),

@@ -45,7 +45,7 @@ def test_combine_joins_disjoint_seeds(bench, tmp_path, capsys):
                        "--out", str(out)]) == 0
     both = json.loads(out.read_text())
     assert len(both["rows"]) == len(ROWS) and "| 5 | 0.2 | 1/2" in "\n".join(both["table"])
-    assert both["per_seed"] == bench.per_seed(ROWS, 0.2)
+    assert both["per_seed"] == bench.per_seed(ROWS, 0.05)  # the default level
 
 
 @pytest.mark.parametrize("second, why", [({"seeds": [0]}, "seed 0 is in more than one run"),

@@ -11,13 +11,12 @@ audit at most 1 − ``confidence`` (Bonferroni across families). Only testable s
 control: the original is far from the references there), and only they enter Holm's family; and a flag must be
 material: the kept fraction's estimate beyond the margin (a deviation that is significant against references
 that happen to agree closely, but smaller than the margin, is no evidence of keeping the forget data). A
-deviation at the family's share of ``config.told_apart_level`` (0.2, Holm; material or not) is recorded as
+deviation at the family's share of ``config.told_apart_level`` (0.05, Holm; material or not) is recorded as
 ``Check.deviates`` ("told apart"): the model can be told from retrains there, so the verdict does not certify it
 either (:func:`unlearnkit.audit.verdict.distinguishable`), except below the references on a recovery statistic.
-Its level is its own, four times the flag's: it costs a genuine retrain its certificate (in at most 20 % of
-audits when retrains' values are Gaussian; digits' are heavier-tailed, docs/audit.md), never an accusation,
-and at the flag's level five references let models keeping a third of the original's excess through
-(``benchmarks/told_apart_level.py``).
+It costs a genuine retrain its certificate, never an accusation. One statistic at a time, five references let
+models keeping a third of the original's excess through (they sit a little beyond the references on most
+statistics at once): :mod:`unlearnkit.audit.joint` reads them together.
 
 Families: ``output`` (the model's own outputs on the forget rows), ``representation`` (every audited layer),
 ``relearning`` (whole-model SGD from shots), ``heads`` (a head re-fitted or relearnt on frozen features) and

@@ -132,15 +132,15 @@ class AuditConfig:
     retrain to be certified (the positive control with power); ``erased`` needs every testable statistic
     certified, on both audit data, at least one at the output and one inside the model, and none **told apart**
     (beyond the references' prediction bound, Holm within the family at its share of ``told_apart_level``,
-    material or not: not erased; recovering less than the references does not count). ``told_apart_level``
-    (0.2) is the most often this rule may leave a genuine retrain uncertified (Bonferroni across families) when
-    retrains' values are Gaussian (digits' are heavier-tailed: docs/audit.md), four times the flag's budget: a
-    told-apart model is only left open, never accused, and at the flag's level five references tell a model that
-    keeps a third of the original's excess from retrains too rarely (digits, K = 5: 7 of 44 audits of attacked
-    models that keep the class certified at 0.05, none at 0.2, while genuine retrains went from 24 to 21 of 24;
-    with twelve genuine retrains per seed and the attacks adapted to 0.2, 3 of 128 keepers' audits certified and
-    82 % of genuine retrains'; ``benchmarks/told_apart_level.py``: the level narrows the gap, it does not close
-    it). ``CALIBRATION``
+    material or not: not erased; recovering less than the references does not count), nor told apart **jointly**
+    (:mod:`unlearnkit.audit.joint`: the root mean square of the model's standardised deviations over every
+    testable statistic beyond the references' own, at ``joint_level``). Both levels are 0.05, the flag's: a
+    told-apart model is only left open, never accused. Before the joint test (2026-12-07) ``told_apart_level``
+    was 0.2, four times the flag's, because five references told models that keep a third of the original's
+    excess from retrains too rarely at 0.05; over four sets of audits (digits, seeds 0-5, the ``hardened``
+    families, K = 5) it let 10 of 236 such audits through and certified 70 % of genuine retrains', where both
+    levels at 0.05 with the joint test let 1 through and certified 73 % (``benchmarks/combined_rule.py``,
+    docs/audit.md "The joint test"). ``CALIBRATION``
     lists the measurements behind the sweep and the margin.
 
     Reported beside them, read by no rule: the separability ratio U_unlearned / mean U_references with an
@@ -188,7 +188,8 @@ class AuditConfig:
     audit_seed: int | None = None
     kept_margin: float = 0.5
     recovery_margin: float = 0.1
-    told_apart_level: float = 0.2
+    told_apart_level: float = 0.05
+    joint_level: float = 0.05
     kernel_probe_splits: int = 3
     kernel_probe_landmarks: int = 200
     mmd: bool = False
@@ -264,6 +265,8 @@ class AuditConfig:
         if not 1.0 - self.confidence - 1e-12 <= self.told_apart_level < 1.0:  # NaN fails too
             raise UserError(f"told_apart_level must lie in [1 - confidence, 1) = [{1.0 - self.confidence:g}, 1) (a "
                             f"statistic that flags is told apart too), got {self.told_apart_level}")
+        if not 0.0 < self.joint_level <= 0.5:  # NaN fails too
+            raise UserError(f"joint_level must lie in (0, 0.5], got {self.joint_level}")
         if self.audit_seed is not None and not 0 <= self.audit_seed < 2 ** 32:
             raise UserError(f"audit_seed must be in 0..{2 ** 32 - 1}, got {self.audit_seed}")
         if not self.relearn_lrs or not all(v > 0 for v in self.relearn_lrs):

@@ -51,6 +51,7 @@ from .context import AuditContext, ForwardPasses
 from .data import AuditData, audit_data, choose
 from .idi import idi_check
 from .integrity import check_identities, check_predictions, provenance
+from .joint import joint_deviation
 from .layers import LayerResult, assign_margins, measure_data, representation_measures
 from .memo import AuditCache
 from .outputs import output_measures
@@ -152,7 +153,8 @@ def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: S
                             n_forget={k: d.n_forget for k, d in datas.items()}, sample_level=ctx.sample_level,
                             n_train_forget=len(split.train_forget), n_refs=len(passes.refs), config=config,
                             utility=utility, kept_layers=kept, not_applicable=not_applicable,
-                            reference_forget_acc=[o["forget_acc"] for o in outs.per_reference])
+                            reference_forget_acc=[o["forget_acc"] for o in outs.per_reference],
+                            joint=joint_deviation(checks, config.joint_level))
     decision = decide(measured)
     return AuditReport(
         verdict=decision.verdict, evidence=decision.evidence, rests_on=rests_on, rests_on_reason=reason,
@@ -165,7 +167,7 @@ def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: S
         embedding=plot_sample(datas[rests_on], passes, config),
         transmitted=transmitted_diagnostics(unlearned, results, measured, rests_on), checks=tuple(checks),
         timing=clock.timing(), task=_task(passes, ctx), references=provenance(shas, references),
-        references_needed=decision.references_needed)
+        references_needed=decision.references_needed, joint=measured.joint)
 
 
 def inside_measures(passes: ForwardPasses, ctx: AuditContext) -> tuple[list, dict, dict]:

@@ -88,7 +88,9 @@ RULE_NOTE = ("every deciding statistic is measured the same way on the unlearned
              "of references) inside (-kept_margin, kept_margin) by two one-sided t tests at 1 - confidence, on both "
              "audit data, at least one testable at the output and one inside the model, and none told apart (beyond "
              "the references' prediction bound, Holm within its family at the family's share of told_apart_level, "
-             "by less than the margin; below on a recovery statistic does not count)")
+             "by less than the margin; below on a recovery statistic does not count), nor told apart jointly (the "
+             "root mean square of its standardised deviations over every testable statistic above the references' "
+             "own, at joint_level: checks.joint)")
 
 
 def verdict_line(verdict: str, utility: dict | None) -> str:
@@ -127,6 +129,7 @@ class AuditReport:
     references_needed: int | None = None  # inconclusive: references that would decide, if the values stayed
     output_test: Any = None  # metrics.output_test.OutputTest: the output membership test (None: no forget rows)
     utility: dict = field(default_factory=dict)  # core.utility_loss: the utility axis
+    joint: Any = None  # joint.Joint: the joint told-apart test over every testable statistic (None: not run)
 
     @property
     def verdict_line(self) -> str:
@@ -167,7 +170,7 @@ class AuditReport:
             "checks": {"items": [c.to_dict() for c in self.checks], "size": len(self.checks),
                        "kept_margin": self.config.kept_margin, "correction": "holm within each family",
                        "alpha": 1.0 - self.config.confidence, "told_apart_level": self.config.told_apart_level,
-                       "rule": RULE_NOTE},
+                       "joint": self.joint.to_dict() if self.joint is not None else None, "rule": RULE_NOTE},
             "idi": self.idi,
             "cka": ("centered (Kornblith 2019), on standardised units" if self.config.center
                     else "uncentered (Mirage code)"),

@@ -28,9 +28,10 @@ first that returns a :class:`Decision` wins:
 10. :func:`not_equivalent`: some testable statistic's kept fraction is not shown to lie inside
     (−margin, margin): names it, its interval, and how many references would decide.
 11. :func:`distinguishable`: every testable statistic certified, but some lies beyond the references' prediction
-    bound (Holm, the family's share of ``told_apart_level``, 0.2) by less than its margin: told apart from
-    retrains, so not ``erased`` (a genuine retrain reads so in at most ``told_apart_level`` of audits when
-    retrains' values are Gaussian).
+    bound (Holm, the family's share of ``told_apart_level``, 0.05) by less than its margin, or all of them
+    together do (:mod:`unlearnkit.audit.joint`, at ``joint_level``, 0.05): told apart from retrains, so not
+    ``erased`` (a genuine retrain reads so in at most ``told_apart_level`` of audits by the first when retrains'
+    values are Gaussian, and in 4-11 % by the second, simulated).
 12. :func:`erased`: an intersection-union test: **every** testable statistic of every family, on both audit
     data, certified (its kept fraction's interval inside the margin), at least one at the output and one
     inside; it names what it certifies and what it could not test.
@@ -53,6 +54,7 @@ from scipy import stats
 from ..metrics.equivalence import excess_to_test, references_to_certify, references_to_test, upper_prediction_bound
 from .checks import INSIDE, Check
 from .config import AuditConfig
+from .joint import Joint
 
 VERDICTS = ("erased", "suppressed", "overforgotten", "collapsed", "not_forgotten", "inconclusive")
 #: CKA (standardised units) to the original at or above which a layer counts as kept from the original,
@@ -78,6 +80,7 @@ class Measurements:
     kept_layers: tuple[str, ...] = ()
     not_applicable: dict = field(default_factory=dict)  # family/check -> why it did not run
     reference_forget_acc: tuple[float, ...] = ()  # each reference's forget accuracy (percent)
+    joint: Joint | None = None  # joint.joint_deviation: the joint told-apart test (None: not run)
 
     @property
     def alpha(self) -> float:
@@ -101,11 +104,12 @@ class Decision:
 
 def measurements(*, outputs_unlearned: dict, outputs_retrained: dict, checks: list[Check], n_forget: dict[str, int],
                  sample_level: bool, n_train_forget: int, n_refs: int, config: AuditConfig, utility: dict | None = None,
-                 kept_layers=(), not_applicable: dict | None = None, reference_forget_acc=()) -> Measurements:
+                 kept_layers=(), not_applicable: dict | None = None, reference_forget_acc=(),
+                 joint: Joint | None = None) -> Measurements:
     """The record the rules read."""
     return Measurements(outputs_unlearned, outputs_retrained, tuple(checks), n_forget, sample_level, n_train_forget,
                         n_refs, config, utility or {}, tuple(kept_layers), dict(not_applicable or {}),
-                        tuple(float(a) for a in reference_forget_acc))
+                        tuple(float(a) for a in reference_forget_acc), joint)
 
 
 # --- evidence text -----------------------------------------------------------------------------------
@@ -343,19 +347,29 @@ def not_equivalent(m: Measurements) -> Decision | None:
 
 
 def distinguishable(m: Measurements) -> Decision | None:
-    """Certified within the margins, yet told apart from the references by some testable statistic: beyond their
-    prediction bound (Holm, the family's share of ``told_apart_level``) by less than the margin. ``erased`` says
-    indistinguishable from retrain, so it is not certified (a genuine retrain reads so in at most
-    ``told_apart_level`` of audits when retrains' values are Gaussian)."""
+    """Certified within the margins, yet told apart from the references: by some testable statistic, beyond their
+    prediction bound (Holm, the family's share of ``told_apart_level``) by less than its margin, or jointly
+    (:mod:`unlearnkit.audit.joint`: over every testable statistic at once, at ``joint_level``). ``erased`` says
+    indistinguishable from retrain, so it is not certified."""
     off = [c for c in m.testable if c.deviates]
-    if not off:
+    joint = m.joint if m.joint is not None and m.joint.told_apart else None
+    if not off and joint is None:
         return None
-    worst = min(off, key=lambda c: c.p_holm)
-    return Decision("inconclusive", [
-        f"told apart from the references at {len(off)} of {len(m.testable)} testable statistics ({_families(off)}), "
-        f"though each keeps less than its margin: e.g. {describe(worst)}, {worst.deviates} the references' "
-        f"prediction bound (Holm p = {worst.p_holm:.2g}); erased needs indistinguishable from retrain"]
-        + untested_lines(m))
+    lines = []
+    if off:
+        worst = min(off, key=lambda c: c.p_holm)
+        lines.append(f"told apart from the references at {len(off)} of {len(m.testable)} testable statistics "
+                     f"({_families(off)}), though each keeps less than its margin: e.g. {describe(worst)}, "
+                     f"{worst.deviates} the references' prediction bound (Holm p = {worst.p_holm:.2g}); erased needs "
+                     f"indistinguishable from retrain")
+    if joint is not None:
+        rms = [max(v, 0.0) ** 1.5 for v in (joint.value, min(joint.references), max(joint.references), joint.bound)]
+        lines.append(f"told apart from the references jointly: over {joint.n_checks} testable statistics its "
+                     f"standardised deviations' root mean square is {rms[0]:.2f} where each reference's, against "
+                     f"the others, is {rms[1]:.2f} to {rms[2]:.2f} (bound {rms[3]:.2f}, p = {joint.p:.2g} at level "
+                     f"{joint.level:g}), though each statistic keeps less than its margin; erased needs "
+                     f"indistinguishable from retrain")
+    return Decision("inconclusive", lines + untested_lines(m))
 
 
 def erased(m: Measurements) -> Decision:

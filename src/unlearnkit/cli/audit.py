@@ -100,10 +100,13 @@ def audit_command(
     recovery_margin: float = typer.Option(0.1, help="the same for what comes back under attack (relearning, head "
                                                     "checks, BatchNorm re-estimation): the fraction of the original's "
                                                     "recovery a model may give back"),
-    told_apart_level: float = typer.Option(0.2, help="erased also needs no statistic told apart from the "
-                                                     "references at this level (Holm within each family; for "
-                                                     "Gaussian values at most this share of genuine retrains is "
-                                                     "left uncertified by it)"),
+    told_apart_level: float = typer.Option(0.05, help="erased also needs no statistic told apart from the "
+                                                      "references at this level (Holm within each family; for "
+                                                      "Gaussian values at most this share of genuine retrains is "
+                                                      "left uncertified by it)"),
+    joint_level: float = typer.Option(0.05, help="erased also needs the model not told apart from the "
+                                                 "references over every testable statistic at once at this "
+                                                 "level (the joint test, docs/audit.md)"),
 ):
     """Did the unlearned model really forget? Verdict, evidence, per-layer numbers and plots.
 
@@ -119,7 +122,8 @@ def audit_command(
     config = AuditConfig(center=center, confidence=confidence, n_splits=n_splits, audit_data=audit_data,
                          bn_recalibration=resurface, head_refit=resurface, head_relearn=resurface,
                          relearn=resurface, n_jobs=jobs, idi=idi, audit_seed=audit_seed, kept_margin=margin,
-                         recovery_margin=recovery_margin, told_apart_level=told_apart_level)
+                         recovery_margin=recovery_margin, told_apart_level=told_apart_level,
+                         joint_level=joint_level)
     data = {"dataset": dataset, "data_dir": data_dir, "download": download, "data_seed": data_seed, "files": files,
             "train_references": train_references}
     return _audit([original, unlearned, *retrained], spec, data, model=model, layers=layer_list,

@@ -259,9 +259,9 @@ def test_a_family_tells_a_genuine_retrain_apart_at_most_at_its_share():
     """Simulated: 24 correlated comparisons in one family (a layer's statistics on both audit data), K = 5
     Gaussian references and a genuine retrain drawn afresh each trial: Holm at the family's share (1/4) of
     ``told_apart_level`` (0.2) tells it apart (material or not) at most 5 % of the time, and at the family's share
-    of the flag's budget (5 %) at most 1.25 % (+ Monte Carlo error); the flag's level gives the earlier rule."""
+    of the flag's budget (5 %, the default since the joint test) at most 1.25 % (+ Monte Carlo error)."""
     rng = np.random.default_rng(0)
-    cfgs = {"default": AuditConfig(), "flag level": AuditConfig(told_apart_level=0.05)}
+    cfgs = {"default": AuditConfig(told_apart_level=0.2), "flag level": AuditConfig(told_apart_level=0.05)}
     n, rho, trials = 24, 0.5, 1500
     told = dict.fromkeys(cfgs, 0)
     cov = np.full((n, n), rho) + (1 - rho) * np.eye(n)
@@ -280,10 +280,10 @@ def test_the_told_apart_level_is_its_own_and_never_below_the_flags():
     level cannot be set below the flag's (a flag would then not be told apart)."""
     refs = (0.0, 0.1, -0.1, 0.05, -0.05)
     ms = [_measure("output", "output confidence", u, original=10.0, refs=refs) for u in (0.42, 0.0)]
-    cs = judge_all(ms, AuditConfig())
+    cs = judge_all(ms, AuditConfig(told_apart_level=0.2))
     p = cs[0].p_holm
     assert 0.00625 < p < 0.025 and cs[0].deviates == "above" and cs[0].flag == ""  # share 1/8 of 0.05 / 0.2
-    assert judge_all(ms, AuditConfig(told_apart_level=0.05))[0].deviates == ""
+    assert judge_all(ms, AuditConfig())[0].deviates == ""  # the default level is the flag's (the joint test added)
     for bad in (0.01, 1.0, float("nan")):
         with pytest.raises(UserError, match="told_apart_level"):
             AuditConfig(told_apart_level=bad)
