@@ -13,10 +13,12 @@ Per seed s of ``--dataset`` (digits or mnist5k; class 3, small_cnn, the models `
 with it first): the genuine held-out retrains (``--genuine pair``: seeds 100 + 2s and 101 + 2s; ``--genuine N``:
 seeds 100 .. 100 + N − 1, the same N models against every seed's references) and the ``--families`` attacks, each
 audited against the seed's K references (retrains of seeds s .. s + K − 1) with ``--audit-seeds`` fresh audit seeds,
-at the flag's level (``told_apart_level`` = 1 − confidence, the rule before 2026-12-06). The audit's own measures
-are then judged again (:func:`unlearnkit.audit.checks.judge_all`) at each level of ``--levels``: an audit `erased`
-at the flag's level stays `erased` at a level where no testable check is told apart (the rule before `erased`, which
-reads nothing else that the level changes: a higher level can only take `erased` away). Whether a model keeps the
+at the flag's level (``told_apart_level`` = 1 − confidence, the default since 2026-12-07, with the joint test at
+its default level). The audit's own measures are then judged again (:func:`unlearnkit.audit.checks.judge_all`) at
+each level of ``--levels``: an audit `erased` at the flag's level stays `erased` at a level where no testable check
+is told apart (the rule before `erased`, which reads nothing else that the level changes: a higher level can only
+take `erased` away). ``--measures`` keeps every audit's measures, so that ``combined_rule.py`` can judge them again
+under other rules (the per-statistic rule alone, without the joint test, included). Whether a model keeps the
 class is the suite's ground truth (``attack_suite.keeps``, the suite's genuine retrains 100-111 as yardstick).
 
 It prints, per K and level, the keepers' audits certified and the genuine retrains' audits certified, with exact
@@ -30,7 +32,7 @@ import json
 import secrets
 import sys
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -38,8 +40,9 @@ FAMILIES = ("hardened", "hardened_keep3", "hardened_keep10", "hardened_indist", 
 
 
 def audits(seed: int, ks: list[int], n_audit: int, S, split, genuine_gt: dict, levels: list[float],
-           genuine: list[int], families: list[str]) -> list[dict]:
-    """Every audit of one seed's models (module docstring), with its verdict at each level."""
+           genuine: list[int], families: list[str], keep_measures: bool = False) -> list[dict]:
+    """Every audit of one seed's models (module docstring), with its verdict at each level (and, with
+    ``keep_measures``, every measure it read: what ``combined_rule.py`` judges again offline)."""
     from unlearnkit.audit import AuditConfig
     from unlearnkit.audit.checks import judge_all
     from unlearnkit.audit.core import audit
@@ -74,7 +77,8 @@ def audits(seed: int, ks: list[int], n_audit: int, S, split, genuine_gt: dict, l
                 kept, why = (False, "genuine retrain") if gt is None else S.keeps(gt, list(genuine_gt.values()),
                                                                                   10.0, 0.75)
                 rows.append({"seed": seed, "k": k, "model": name, "audit_seed": cfg.audit_seed,
-                             "keeps_class": kept, "keeps_why": why, "verdict_at": at})
+                             "keeps_class": kept, "keeps_why": why, "verdict_at": at, "verdict": rep.verdict,
+                             **({"measures": [asdict(m) for m in measures]} if keep_measures else {})})
                 print(f"s{seed} K={k} {name:22s} keeps={kept!s:5s} " +
                       " ".join(f"{lv}:{v[:6]}" for lv, v in at.items()), flush=True)
     return rows
@@ -116,10 +120,14 @@ def parse(argv):
     p.add_argument("--levels", default="0.05,0.1,0.2,0.3")
     p.add_argument("--genuine", default="pair",
                    help="'pair' (retrains 100 + 2s, 101 + 2s) or N (retrains 100 .. 100 + N - 1)")
+    p.add_argument("--genuine-from", type=int, default=100,
+                   help="with --genuine N: the first genuine retrain's seed (e.g. 112: retrains the suite's "
+                        "yardstick, 100-111, does not hold)")
     p.add_argument("--families", default=",".join(FAMILIES))
     p.add_argument("--combine", nargs="+", metavar="JSON",
                    help="merge the rows of earlier runs (same levels) into --out")
     p.add_argument("--dataset", default="digits", choices=["digits", "mnist5k"])
+    p.add_argument("--measures", action="store_true", help="keep every audit's measures in --out")
     p.add_argument("--out", default=None, help="default: benchmarks/results/told_apart_level_<dataset>.json")
     a = p.parse_args(argv)
     a.out = a.out or str(HERE / "results" / f"told_apart_level_{a.dataset}.json")
@@ -127,13 +135,15 @@ def parse(argv):
         a.seeds = [int(s) for s in a.seeds.split(",")]
         a.ks = [int(k) for k in a.references.split(",")]
         a.level_list = [float(v) for v in a.levels.split(",")]
-        a.genuine_seeds = [] if a.genuine == "pair" else list(range(100, 100 + int(a.genuine)))
+        a.genuine_seeds = [] if a.genuine == "pair" else list(range(a.genuine_from, a.genuine_from + int(a.genuine)))
     except ValueError:
         p.error("--seeds, --references and --levels are comma-separated numbers; --genuine is 'pair' or a number")
     if a.audit_seeds < 1 or any(k < 2 for k in a.ks) or not all(0.05 - 1e-12 <= v < 1 for v in a.level_list):
         p.error("--audit-seeds must be >= 1, each K >= 2, each level in [0.05, 1)")
     if a.genuine != "pair" and not 1 <= len(a.genuine_seeds) <= 64:
         p.error("--genuine N must lie in [1, 64]")
+    if not 100 <= a.genuine_from <= 999:
+        p.error("--genuine-from must lie in [100, 999] (seeds 0-99 are references, 1000 + s the attackers')")
     return a
 
 
@@ -186,11 +196,11 @@ def main(argv=None) -> int:
     split = make_split(load_dataset(a.dataset), ForgetSpec(classes=(3,)))
     genuine_gt = {}
     # the suite's yardstick: every genuine retrain of these seeds (and every one audited), 100-111 for seeds 0-5
-    for s in range(100, 100 + max(2 * max(a.seeds) + 2, len(a.genuine_seeds))):
+    for s in range(100, 100 + max(2 * max(a.seeds) + 2, len(a.genuine_seeds) if a.genuine_from == 100 else 12)):
         m = S.model_of("retrain", split, s)
         genuine_gt[s] = {"relearn": S.gt_relearn(m, split), "probe": S.gt_probe(m, split, s)}
     rows = [r for seed in a.seeds for r in audits(seed, a.ks, a.audit_seeds, S, split, genuine_gt, a.level_list,
-                                                  a.genuine_seeds, families)]
+                                                  a.genuine_seeds, families, a.measures)]
     args = {k: v for k, v in vars(a).items() if k not in ("ks", "level_list", "genuine_seeds")}
     report(rows, a.level_list, args, t0, a.out, S)
     return 0

@@ -1,0 +1,184 @@
+"""The joint told-apart test (``audit/joint.py``), judged offline on audits that ``told_apart_level.py --measures``
+kept, and its error rate simulated (issue 42).
+
+    # audits with every measure kept (digits, seeds 0-5, the hardened family, twelve genuine retrains 100-111):
+    .venv/bin/python benchmarks/told_apart_level.py --seeds 0,1,2,3,4,5 --references 5,8 --audit-seeds 1 \\
+        --genuine 12 --families hardened,...,hardened_tighter --measures --out capture_a.json
+    .venv/bin/python benchmarks/combined_rule.py capture_a.json [more.json ...]     # the rules side by side
+    .venv/bin/python benchmarks/combined_rule.py --simulate                          # the joint test's error rate
+
+Each audit's measures are judged again (:func:`judge_all`, :func:`decide`) under each rule, the joint test
+computed from the same measures (:func:`unlearnkit.audit.joint.joint_deviation`):
+
+* ``per-statistic 0.2``: the rule of 2026-12-06 (told apart, Holm within each family, at 0.2; no joint test);
+* ``per-statistic 0.05``: the same at the flag's level;
+* ``0.05 + joint (the default)``: this release's rule: per statistic at 0.05, and the joint test at 0.05;
+* ``0.2 + joint``: both.
+
+Output-level verdicts (``collapsed``, ``not_forgotten``) are taken from the audit as run (no rule here moves
+them); everything after them is decided again. Keepers are the pool's (``gt_pool.pool_keeper``: below every one
+of 48 genuine retrains on the ground truth's probe, or relearning beyond every one; ``--pool-json``), the other
+attacked models are counted apart, and genuine retrains give the power. Prints per K and rule the audits
+`erased` of each group with exact 95 % bounds.
+
+``--simulate``: a genuine retrain told apart jointly (and by the per-statistic rule at 0.05), 24 statistics in two
+families with equicorrelation ρ, K Gaussian or heavy-tailed (multivariate Student t, one scale per model)
+references and the model drawn afresh in every trial, ``--trials`` a cell; and a model shifted 2 prediction
+standard deviations towards the original on every statistic (power).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+RULES = {"per-statistic 0.2": (0.2, False), "per-statistic 0.05": (0.05, False),
+         "0.05 + joint (the default)": (0.05, True), "0.2 + joint": (0.2, True)}
+OUT = {"forget_acc": 0.0, "retain_acc": 99.0, "test_retain_acc": 98.0}
+
+
+def load(path: str) -> dict:
+    """A run's JSON, plain or gzipped (``.gz``: how the committed captures are stored)."""
+    import gzip
+
+    raw = Path(path).read_bytes()
+    return json.loads(gzip.decompress(raw) if path.endswith(".gz") else raw)
+
+
+def measures_of(row: dict):
+    """The audit's measures, as ``told_apart_level.py --measures`` kept them."""
+    from unlearnkit.audit.checks import Measure
+
+    out = []
+    for d in row["measures"]:
+        d = dict(d)
+        d["references"] = tuple(d["references"])
+        if d.get("flag_values") is not None:
+            fu, fo, fr = d["flag_values"]
+            d["flag_values"] = (fu, fo, tuple(fr))
+        d["separated"] = tuple(d.get("separated") or ())
+        out.append(Measure(**d))
+    return out
+
+
+def erased_under(row: dict, level: float, joint: bool) -> bool:
+    """Whether the audit of ``row`` reads `erased` under a rule (module docstring)."""
+    from unlearnkit.audit import AuditConfig
+    from unlearnkit.audit.checks import judge_all
+    from unlearnkit.audit.joint import joint_deviation
+    from unlearnkit.audit.verdict import decide, measurements
+
+    if row["verdict"] in ("collapsed", "not_forgotten"):
+        return False
+    cfg = AuditConfig(told_apart_level=level)
+    checks = judge_all(measures_of(row), cfg)
+    m = measurements(outputs_unlearned=OUT, outputs_retrained=OUT, checks=checks, n_forget={"train": 100},
+                     sample_level=False, n_train_forget=100, n_refs=len(checks[0].measure.references), config=cfg,
+                     joint=joint_deviation(checks, cfg.joint_level) if joint else None)
+    return decide(m).verdict == "erased"
+
+
+def exact(k: int, n: int) -> str:
+    from scipy.stats import beta
+
+    lo = beta.ppf(0.025, k, n - k + 1) if k else 0.0
+    hi = beta.ppf(0.975, k + 1, n - k) if k < n else 1.0
+    return f"{k}/{n} [{100 * lo:.1f}, {100 * hi:.1f} %]"
+
+
+def table(runs: list[str], pools: list[str]) -> list[str]:
+    sys.path.insert(0, str(HERE))
+    import gt_pool
+
+    keeper = {(r["seed"], r["family"]): gt_pool.pool_keeper(r)
+              for f in pools for r in load(f)["rows"]}
+    counts: dict = {}
+    for f in runs:
+        for row in load(f)["rows"]:
+            if row["model"].startswith("retrain"):
+                kind = "genuine"
+            elif (row["seed"], row["model"]) not in keeper:
+                raise SystemExit(f"error: seed {row['seed']} {row['model']} is in no --pool-json")
+            else:
+                kind = "keeper" if keeper[(row["seed"], row["model"])] else "other"
+            for rule, (level, joint) in RULES.items():
+                c = counts.setdefault((row["k"], rule, kind), [0, 0])
+                c[0] += erased_under(row, level, joint)
+                c[1] += 1
+    lines = ["| K | rule | pool keepers' audits `erased` | other attacked models' | genuine retrains' |",
+             "|---|---|---|---|---|"]
+    for k in sorted({k for k, _, _ in counts}):
+        for rule in RULES:
+            cells = [exact(*counts[(k, rule, kind)]) if (k, rule, kind) in counts else "-"
+                     for kind in ("keeper", "other", "genuine")]
+            lines.append(f"| {k} | {rule} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def simulate(trials: int, seed: int = 0) -> list[str]:
+    from unlearnkit.audit import AuditConfig
+    from unlearnkit.audit.checks import Measure, judge_all
+    from unlearnkit.audit.joint import joint_deviation
+
+    cfg = AuditConfig()
+    lines = ["| K | ρ | values | genuine told apart jointly | by the per-statistic rule | a model 2 sd beyond on "
+             "every statistic: jointly | per statistic |", "|---|---|---|---|---|---|---|"]
+    rng = np.random.default_rng(seed)
+    n = 24
+    for k in (3, 5, 8, 16):
+        for rho in (0.0, 0.5, 0.9):
+            for tail in (None, 3):
+                hits = np.zeros(4)
+                for _ in range(trials):
+                    x = (math.sqrt(rho) * rng.standard_normal((1, k + 1))
+                         + math.sqrt(1 - rho) * rng.standard_normal((n, k + 1)))
+                    if tail:
+                        x = x / np.sqrt(rng.chisquare(tail, size=(1, k + 1)) / tail)
+                    for j, shift in enumerate((0.0, 2.0 * math.sqrt(1 + 1 / k))):
+                        u = x[:, 0] + shift
+                        ms = [Measure("representation" if i % 2 else "output", f"s{i}", "train", None, "two", "u",
+                                      u[i], 60.0, tuple(x[i, 1:])) for i in range(n)]
+                        checks = judge_all(ms, cfg)
+                        jt = joint_deviation(checks, cfg.joint_level)
+                        hits[2 * j] += jt is not None and jt.told_apart
+                        hits[2 * j + 1] += any(c.deviates for c in checks)
+                r = hits / trials
+                lines.append(f"| {k} | {rho:g} | {'Student t, 3 df' if tail else 'Gaussian'} | {100 * r[0]:.1f} % | "
+                             f"{100 * r[1]:.1f} % | {100 * r[2]:.1f} % | {100 * r[3]:.1f} % |")
+                print(lines[-1], flush=True)
+    return lines
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="*", help="told_apart_level.py --measures outputs")
+    ap.add_argument("--pool-json", nargs="+", default=[str(HERE / "results" / f"gt_pool_digits{x}.json")
+                                                        for x in ("", "_tighter_s012", "_tighter_s345")])
+    ap.add_argument("--simulate", action="store_true")
+    ap.add_argument("--trials", type=int, default=2000)
+    ap.add_argument("--out", default=None, help="write the tables as JSON (atomically)")
+    a = ap.parse_args(argv)
+    if not a.runs and not a.simulate:
+        ap.error("give told_apart_level.py --measures outputs, or --simulate")
+    result = {"runs": a.runs}
+    if a.runs:
+        result["table"] = table(a.runs, a.pool_json)
+        print("\n".join(result["table"]))
+    if a.simulate:
+        result["simulation"] = simulate(a.trials)
+        result["trials"] = a.trials
+    if a.out:
+        from unlearnkit.checkpoints import atomic_write_text
+
+        atomic_write_text(a.out, json.dumps(result, indent=1) + "\n")
+        print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""``benchmarks/combined_rule.py``: audits judged again from their kept measures under each rule, counted by
+hand-made rows (a model a little beyond the references everywhere: certified one statistic at a time, told apart
+jointly), plain or gzipped."""
+from __future__ import annotations
+
+import gzip
+import json
+import statistics
+from dataclasses import asdict
+
+import pytest
+from bench_modules import benchmark_module
+
+from unlearnkit.audit.checks import Measure
+
+REFS = (0.0, 0.1, -0.1, 0.05, -0.05)
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return benchmark_module("combined_rule")
+
+
+def _row(seed, model, shift, verdict="erased"):
+    """An audit's kept measures: the output's confidence at the references' centre, ten representation statistics
+    ``shift`` references' standard deviations above them (each statistic's references in another order)."""
+    sd = statistics.stdev(REFS)
+    ms = [Measure("output", "output confidence", "train", None, "two", "u", 0.0, 20.0, REFS)]
+    ms += [Measure("representation", f"s{j}", "train", "penultimate", "two", "u", shift * sd, 20.0,
+                   REFS[j % 5:] + REFS[:j % 5]) for j in range(10)]
+    return {"seed": seed, "k": 5, "model": model, "audit_seed": 1, "verdict": verdict,
+            "verdict_at": {"0.05": verdict, "0.2": verdict}, "measures": [asdict(m) for m in ms]}
+
+
+def test_a_model_beyond_the_references_everywhere_is_certified_per_statistic_not_jointly(bench):
+    keeper, genuine = _row(0, "hardened", 2.5), _row(0, "retrain100", 0.0)
+    for level in (0.05, 0.2):
+        assert bench.erased_under(keeper, level, joint=False)
+        assert not bench.erased_under(keeper, level, joint=True)
+        assert bench.erased_under(genuine, level, joint=True)
+    # output-level verdicts of the audit as run are kept
+    assert not bench.erased_under(_row(0, "retrain100", 0.0, verdict="not_forgotten"), 0.05, joint=True)
+
+
+def test_table_counts_keepers_others_and_genuine_retrains(bench, tmp_path):
+    pool = tmp_path / "pool.json"
+    pool.write_text(json.dumps({"rows": [
+        {"seed": 0, "family": "hardened", "pool_at_or_below": 0, "keeps_pool": False},
+        {"seed": 0, "family": "hardened_keep3", "pool_at_or_below": 5, "keeps_pool": False}]}))
+    run = tmp_path / "run.json.gz"  # gzipped, as the committed captures
+    rows = [_row(0, "hardened", 2.5), _row(0, "hardened_keep3", 0.0), _row(0, "retrain100", 0.0)]
+    run.write_bytes(gzip.compress(json.dumps({"rows": rows}).encode()))
+    lines = bench.table([str(run)], [str(pool)])
+    assert "| 5 | per-statistic 0.2 | 1/1 [2.5, 100.0 %] | 1/1 [2.5, 100.0 %] | 1/1 [2.5, 100.0 %] |" in lines
+    assert "| 5 | 0.05 + joint (the default) | 0/1 [0.0, 97.5 %] | 1/1 [2.5, 100.0 %] | 1/1 [2.5, 100.0 %] |" in lines
+    unknown = tmp_path / "other.json"
+    unknown.write_text(json.dumps({"rows": [_row(1, "hardened", 0.0)]}))
+    with pytest.raises(SystemExit, match="seed 1 hardened is in no --pool-json"):
+        bench.table([str(unknown)], [str(pool)])
