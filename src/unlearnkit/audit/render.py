@@ -32,7 +32,10 @@ EXPLAIN = [
                "bound (Holm within the family) by more than the margin; 'told apart above/below' = beyond the "
                "bound at the told-apart level (told_apart_level, Holm) by less than the margin (not flagged, not "
                "erased); 'cannot test' = the original is not far "
-               "enough from the references, relative to their spread, for a retrain to be certified there"),
+               "enough from the references, relative to their spread, for a retrain to be certified there; the "
+               "'joint' row: every testable statistic together, the cube root of the mean squared standardised "
+               "deviation of the model and of each reference against the others, told apart (not erased) above "
+               "the references' prediction bound at joint_level"),
     ("separability (check)", "log U, the Gaussian-unbiased Mahalanobis distance Δμᵀ Σ_w⁻¹ Δμ of forget vs retained "
                              "features at a layer, floored at its own noise level; no rescaling, permutation or "
                              "mixing of units that leaves the model's function unchanged can move it"),
@@ -298,7 +301,7 @@ def audit_html(report: AuditReport) -> str:
         f"<img alt='kept fraction per check' src='data:image/png;base64,{figs['kept']}'>",
         "<p>What the verdict reads: every testable check's kept fraction (0 = like the retrained references, 1 = "
         "like the original) with its 95 % interval; erased needs every interval inside the green band and "
-        "none told apart from the references.</p>",
+        "none told apart from the references, one statistic at a time or all together (the joint row).</p>",
         ("<h2>What the verdict reads</h2>" + html_table(*check_rows(d))) if check_rows(d) else "",
         ("<h2>Relearning (accuracy, reported)</h2>" + html_table(*relearning_rows(d))) if relearning_rows(d) else "",
         ("<h2>References</h2>" + html_table(*reference_rows(d))) if reference_rows(d) else "",

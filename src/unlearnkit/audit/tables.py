@@ -68,8 +68,8 @@ def check_state(c: dict) -> str:
 
 def check_rows(d: dict) -> tuple[list[str], list[list[str]]] | None:
     """(header, rows): every deciding statistic (``d["checks"]["items"]``), its values on the unlearned model,
-    the original and the references, the kept fraction with its interval, and what it says; None when
-    nothing was judged."""
+    the original and the references, the kept fraction with its interval, and what it says, then the joint
+    told-apart test's row (``d["checks"]["joint"]``, when it ran); None when nothing was judged."""
     items = (d.get("checks") or {}).get("items") or []
     if not items:
         return None
@@ -83,6 +83,14 @@ def check_rows(d: dict) -> tuple[list[str], list[list[str]]] | None:
         where = f"{c['layer']}, {c['data']}" if c.get("layer") else c["data"]
         rows.append([c["family"], c["name"], where, _f(c.get("unlearned")), _f(c.get("original")), rng, kept,
                      check_state(c)])
+    joint = (d.get("checks") or {}).get("joint")
+    if joint:  # the joint told-apart test (audit/joint.py): one more row, over every testable statistic
+        refs = joint.get("references") or []
+        rng = f"{min(refs):.2f}..{max(refs):.2f}" if refs else "n/a"
+        says = (f"told apart (p {joint['p']:.2g})" if joint.get("told_apart")
+                else f"within (bound {_f(joint.get('bound'))}, p {joint['p']:.2g})")
+        rows.append(["joint", "joint deviation", f"{joint['n_checks']} testable statistics", _f(joint.get("value")),
+                     "n/a", rng, "n/a", says])
     return header, rows
 
 

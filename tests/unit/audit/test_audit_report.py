@@ -113,3 +113,8 @@ def test_markdown_and_html_show_the_checks_the_relearning_and_the_references(rep
     assert len({r["sha256"] for r in d["references"]}) == 5
     testable = [c for c in d["checks"]["items"] if c["testable"]]
     assert testable and all(c["kept_interval"][0] <= c["kept"] <= c["kept_interval"][1] for c in testable)
+    # the joint told-apart test: recorded, over the testable statistics, and shown as the table's last row
+    joint = d["checks"]["joint"]
+    assert joint["n_checks"] == len(testable) and len(joint["references"]) == 5 and joint["level"] == 0.05
+    assert joint["told_apart"] == (joint["p"] < 0.05)
+    assert f"| joint | joint deviation | {len(testable)} testable statistics |" in md
