@@ -134,8 +134,9 @@ class AuditConfig:
     (beyond the references' prediction bound, Holm within the family at its share of ``told_apart_level``,
     material or not: not erased; recovering less than the references does not count), nor told apart **jointly**
     (:mod:`unlearnkit.audit.joint`: the root mean square of the model's standardised deviations over every
-    testable statistic beyond the references' own, at ``joint_level``). Both levels are 0.05, the flag's: a
-    told-apart model is only left open, never accused. Before the joint test (2026-12-07) ``told_apart_level``
+    testable statistic beyond the references' own, at ``joint_level``). Both levels are 0.05, the flag's
+    (``told_apart_level`` None: 1 − ``confidence``, whatever the confidence): a told-apart model is only left
+    open, never accused. Before the joint test (2026-12-07) ``told_apart_level``
     was 0.2, four times the flag's, because five references told models that keep a third of the original's
     excess from retrains too rarely at 0.05; over four sets of audits (digits, seeds 0-5, the ``hardened``
     families, K = 5) it let 10 of 236 such audits through and certified 70 % of genuine retrains', where both
@@ -188,7 +189,7 @@ class AuditConfig:
     audit_seed: int | None = None
     kept_margin: float = 0.5
     recovery_margin: float = 0.1
-    told_apart_level: float = 0.05
+    told_apart_level: float | None = None  # None: the flag's level, 1 - confidence (0.05)
     joint_level: float = 0.05
     kernel_probe_splits: int = 3
     kernel_probe_landmarks: int = 200
@@ -262,6 +263,8 @@ class AuditConfig:
             if not 0.0 < getattr(self, name) < 1.0:  # NaN fails too
                 raise UserError(f"{name} is a fraction of the original's excess and must lie in (0, 1), got "
                                 f"{getattr(self, name)}")
+        if self.told_apart_level is None:  # the flag's level, whatever the confidence
+            object.__setattr__(self, "told_apart_level", round(1.0 - self.confidence, 12))
         if not 1.0 - self.confidence - 1e-12 <= self.told_apart_level < 1.0:  # NaN fails too
             raise UserError(f"told_apart_level must lie in [1 - confidence, 1) = [{1.0 - self.confidence:g}, 1) (a "
                             f"statistic that flags is told apart too), got {self.told_apart_level}")

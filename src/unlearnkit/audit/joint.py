@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from ..metrics.equivalence import upper_prediction_bound
 from .checks import Check
 
 #: each standardised deviation is clipped to ±CLIP before it enters the root mean square
@@ -103,8 +104,7 @@ def joint_deviation(checks: list[Check], level: float) -> Joint | None:
     d = joint_deviations(np.array(rows), np.array(rec))
     u, refs = float(d[0]), d[1:]
     k = len(refs)
-    sd = float(refs.std(ddof=1))
-    scale = sd * math.sqrt(1.0 + 1.0 / k)
-    bound = float(refs.mean()) + float(stats.t.ppf(1.0 - level, k - 1)) * scale
+    bound = upper_prediction_bound(refs.tolist(), 1.0 - level)  # the one the single statistics' rules read
+    scale = float(refs.std(ddof=1)) * math.sqrt(1.0 + 1.0 / k)
     p = float(stats.t.sf((u - float(refs.mean())) / scale, k - 1)) if scale > 0 else (0.0 if u > bound else 1.0)
     return Joint(u, tuple(float(v) for v in refs), bound, p, len(rows), level, p < level)

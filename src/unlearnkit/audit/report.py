@@ -89,8 +89,8 @@ RULE_NOTE = ("every deciding statistic is measured the same way on the unlearned
              "audit data, at least one testable at the output and one inside the model, and none told apart (beyond "
              "the references' prediction bound, Holm within its family at the family's share of told_apart_level, "
              "by less than the margin; below on a recovery statistic does not count), nor told apart jointly (the "
-             "root mean square of its standardised deviations over every testable statistic above the references' "
-             "own, at joint_level: checks.joint)")
+             "cube root of the mean of its squared standardised deviations over every testable statistic above the "
+             "references' own prediction bound, at joint_level: checks.joint)")
 
 
 def verdict_line(verdict: str, utility: dict | None) -> str:

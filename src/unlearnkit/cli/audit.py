@@ -100,10 +100,11 @@ def audit_command(
     recovery_margin: float = typer.Option(0.1, help="the same for what comes back under attack (relearning, head "
                                                     "checks, BatchNorm re-estimation): the fraction of the original's "
                                                     "recovery a model may give back"),
-    told_apart_level: float = typer.Option(0.05, help="erased also needs no statistic told apart from the "
-                                                      "references at this level (Holm within each family; for "
-                                                      "Gaussian values at most this share of genuine retrains is "
-                                                      "left uncertified by it)"),
+    told_apart_level: float | None = typer.Option(None, help="erased also needs no statistic told apart from the "
+                                                             "references at this level (Holm within each family; "
+                                                             "for Gaussian values at most this share of genuine "
+                                                             "retrains is left uncertified by it) [default: the "
+                                                             "flag's level, 1 - confidence]"),
     joint_level: float = typer.Option(0.05, help="erased also needs the model not told apart from the "
                                                  "references over every testable statistic at once at this "
                                                  "level (the joint test, docs/audit.md)"),

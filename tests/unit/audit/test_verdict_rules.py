@@ -287,6 +287,9 @@ def test_the_told_apart_level_is_its_own_and_never_below_the_flags():
     for bad in (0.01, 1.0, float("nan")):
         with pytest.raises(UserError, match="told_apart_level"):
             AuditConfig(told_apart_level=bad)
+    # left unset it follows the flag's level, so another confidence is not refused (0.05 would be below 0.1)
+    assert AuditConfig().told_apart_level == 0.05
+    assert AuditConfig(confidence=0.9).told_apart_level == pytest.approx(0.1)
 
 
 def test_the_utility_axis_qualifies_the_verdict_line():
