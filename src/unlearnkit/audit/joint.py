@@ -40,11 +40,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from ..metrics.equivalence import upper_prediction_bound
+from ..metrics.equivalence import JOINT_CLIP as CLIP
+from ..metrics.equivalence import joint_deviations, upper_prediction_bound
 from .checks import Check
 
-#: each standardised deviation is clipped to ±CLIP before it enters the root mean square
-CLIP = 4.0
 #: the fewest references the joint test runs with (the references' joint deviations need a spread)
 MIN_REFERENCES = 3
 
@@ -68,22 +67,6 @@ class Joint:
                 "n_checks": self.n_checks, "level": self.level, "told_apart": self.told_apart,
                 "statistic": "cube root of mean z^2 over the testable statistics, each model against the other K "
                              f"(z clipped to +-{CLIP:g}; z+ on a recovery)"}
-
-
-def joint_deviations(values: np.ndarray, recovery: np.ndarray) -> np.ndarray:
-    """Each model's joint deviation (module docstring). ``values``: checks x (K + 1) models, the audited model
-    first; ``recovery``: per check, whether only the side towards the original counts."""
-    x = np.asarray(values, dtype=float)
-    n, m = x.shape
-    z = np.zeros_like(x)
-    for i in range(m):
-        others = np.delete(x, i, axis=1)
-        sd = others.std(axis=1, ddof=1)
-        ok = sd > 0
-        z[ok, i] = (x[ok, i] - others[ok].mean(axis=1)) / sd[ok]
-    z = np.clip(z, -CLIP, CLIP)
-    z[recovery] = np.maximum(z[recovery], 0.0)
-    return np.cbrt((z ** 2).mean(axis=0))
 
 
 def joint_deviation(checks: list[Check], level: float) -> Joint | None:

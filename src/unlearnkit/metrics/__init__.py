@@ -8,7 +8,7 @@ difference from it.
 
 from .accuracy import accuracy
 from .cka import cka_subsample_indices, linear_cka
-from .equivalence import judge
+from .equivalence import joint_deviations, judge
 from .feature_distance import fid_feat, mean_cosine_similarity, mean_l2
 from .forgetting_quality_metric import (
     ForgetScore,
@@ -53,6 +53,9 @@ METRIC_INFO: dict[str, str] = {
     "judge": "The audit's rule for one statistic: kept fraction (u - r̄)/(o - r̄) with Fieller's interval, two "
              "one-sided tests against a stated margin, a Gaussian prediction bound for flags (Schuirmann 1987, "
              "Fieller 1954; INFERRED, metrics/equivalence.py)",
+    "joint_deviations": "The audit's joint told-apart statistic: each model standardised against the other K on "
+                        "every statistic (clipped, z+ on a recovery), the cube root of its mean z² (Wilson & "
+                        "Hilferty 1931 transform; INFERRED, metrics/equivalence.py, audit/joint.py)",
     "heldout_auroc": "AUROC of the LDA discriminant on held-out resplits (INFERRED, metrics/lda.py)",
     "fewshot_recovery": "a linear head re-fitted from a few forget shots, body frozen (INFERRED, metrics/lda.py)",
     "head_relearn": "SGD on a model's own head in whitened coordinates, body frozen (INFERRED, metrics/lda.py)",
@@ -84,6 +87,7 @@ __all__ = [
     "fewshot_recovery",
     "head_relearn",
     "heldout_auroc",
+    "joint_deviations",
     "judge",
     "kernel_probe",
     "mahalanobis_separability",

@@ -69,6 +69,28 @@ def upper_prediction_bound(values: Sequence[float], confidence: float) -> float:
     return mean + t_quantile(len(vals) - 1, confidence) * sd * math.sqrt(1 + 1 / len(vals))
 
 
+#: the joint test's clip on each standardised deviation (:func:`joint_deviations`)
+JOINT_CLIP = 4.0
+
+
+def joint_deviations(values: np.ndarray, recovery: np.ndarray) -> np.ndarray:
+    """Each model's joint deviation (:mod:`unlearnkit.audit.joint`: each model standardised against the other
+    K, z clipped to ±:data:`JOINT_CLIP`, z⁺ on a recovery, the cube root of the mean z²). ``values``: checks x
+    (K + 1) models, the audited model first; ``recovery``: per check, whether only the side towards the original
+    counts."""
+    x = np.asarray(values, dtype=float)
+    m = x.shape[1]
+    z = np.zeros_like(x)
+    for i in range(m):
+        others = np.delete(x, i, axis=1)
+        sd = others.std(axis=1, ddof=1)
+        ok = sd > 0
+        z[ok, i] = (x[ok, i] - others[ok].mean(axis=1)) / sd[ok]
+    z = np.clip(z, -JOINT_CLIP, JOINT_CLIP)
+    z[recovery] = np.maximum(z[recovery], 0.0)
+    return np.cbrt((z ** 2).mean(axis=0))
+
+
 @dataclass(frozen=True)
 class RuleResult:
     """One statistic of one model judged against the references (module docstring).
