@@ -12,8 +12,11 @@ computed from the same measures (:func:`unlearnkit.audit.joint.joint_deviation`)
 
 * ``per-statistic 0.2``: the rule of 2026-12-06 (told apart, Holm within each family, at 0.2; no joint test);
 * ``per-statistic 0.05``: the same at the flag's level;
-* ``0.05 + joint (the default)``: this release's rule: per statistic at 0.05, and the joint test at 0.05;
-* ``0.2 + joint``: both.
+* ``0.05 + joint, Gaussian``: the rule of the morning of 2026-12-07: per statistic at 0.05, and the joint test at
+  0.05, with the testability requirement's Gaussian 2.576 (every rule above reads it too);
+* ``0.05 + joint, Student t (the default)``: this release's: the same, but a statistic must be certified only where
+  a genuine retrain t_{K−1, 0.995} prediction standard deviations out would be (testable); the flags, the
+  told-apart tests and the joint test read every statistic the Gaussian requirement admits (informative).
 
 Output-level verdicts (``collapsed``, ``not_forgotten``) are taken from the audit as run (no rule here moves
 them); everything after them is decided again. Keepers are the pool's (``gt_pool.pool_keeper``: below every one
@@ -36,9 +39,12 @@ from pathlib import Path
 
 import numpy as np
 
+from unlearnkit.metrics.equivalence import Z_POWER
+
 HERE = Path(__file__).resolve().parent
-RULES = {"per-statistic 0.2": (0.2, False), "per-statistic 0.05": (0.05, False),
-         "0.05 + joint (the default)": (0.05, True), "0.2 + joint": (0.2, True)}
+#: rule: (told_apart_level, the joint test, the testability requirement's z: None = Student t, the default)
+RULES = {"per-statistic 0.2": (0.2, False, Z_POWER), "per-statistic 0.05": (0.05, False, Z_POWER),
+         "0.05 + joint, Gaussian": (0.05, True, Z_POWER), "0.05 + joint, Student t (the default)": (0.05, True, None)}
 OUT = {"forget_acc": 0.0, "retain_acc": 99.0, "test_retain_acc": 98.0}
 
 
@@ -66,17 +72,22 @@ def measures_of(row: dict):
     return out
 
 
-def erased_under(row: dict, level: float, joint: bool) -> bool:
-    """Whether the audit of ``row`` reads `erased` under a rule (module docstring)."""
+def erased_under(row: dict, level: float, joint: bool, z_power: float | None = None) -> bool:
+    """Whether the audit of ``row`` reads `erased` under a rule (module docstring; ``z_power``: the testability
+    requirement, None for the default)."""
+    from unittest import mock
+
     from unlearnkit.audit import AuditConfig
-    from unlearnkit.audit.checks import judge_all
+    from unlearnkit.audit import checks as checks_module
     from unlearnkit.audit.joint import joint_deviation
     from unlearnkit.audit.verdict import decide, measurements
+    from unlearnkit.metrics.equivalence import judge
 
     if row["verdict"] in ("collapsed", "not_forgotten"):
         return False
     cfg = AuditConfig(told_apart_level=level)
-    checks = judge_all(measures_of(row), cfg)
+    with mock.patch.object(checks_module, "judge", lambda *a, **kw: judge(*a, z_power=z_power, **kw)):
+        checks = checks_module.judge_all(measures_of(row), cfg)
     m = measurements(outputs_unlearned=OUT, outputs_retrained=OUT, checks=checks, n_forget={"train": 100},
                      sample_level=False, n_train_forget=100, n_refs=len(checks[0].measure.references), config=cfg,
                      joint=joint_deviation(checks, cfg.joint_level) if joint else None)
@@ -92,6 +103,8 @@ def exact(k: int, n: int) -> str:
 
 
 def table(runs: list[str], pools: list[str]) -> list[str]:
+    """The table (module docstring); with no ``pools``, keepers are the suite's own ground truth as each row
+    records it (``keeps_class``: against the suite's twelve genuine retrains; mnist5k has no 48-retrain pool)."""
     sys.path.insert(0, str(HERE))
     import gt_pool
 
@@ -102,13 +115,15 @@ def table(runs: list[str], pools: list[str]) -> list[str]:
         for row in load(f)["rows"]:
             if row["model"].startswith("retrain"):
                 kind = "genuine"
+            elif not pools:
+                kind = "keeper" if row["keeps_class"] else "other"
             elif (row["seed"], row["model"]) not in keeper:
                 raise SystemExit(f"error: seed {row['seed']} {row['model']} is in no --pool-json")
             else:
                 kind = "keeper" if keeper[(row["seed"], row["model"])] else "other"
-            for rule, (level, joint) in RULES.items():
+            for rule, (level, joint, z) in RULES.items():
                 c = counts.setdefault((row["k"], rule, kind), [0, 0])
-                c[0] += erased_under(row, level, joint)
+                c[0] += erased_under(row, level, joint, z)
                 c[1] += 1
     lines = ["| K | rule | pool keepers' audits `erased` | other attacked models' | genuine retrains' |",
              "|---|---|---|---|---|"]
@@ -157,8 +172,10 @@ def simulate(trials: int, seed: int = 0) -> list[str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="*", help="told_apart_level.py --measures outputs")
-    ap.add_argument("--pool-json", nargs="+", default=[str(HERE / "results" / f"gt_pool_digits{x}.json")
-                                                        for x in ("", "_tighter_s012", "_tighter_s345")])
+    pools = ("", "_tighter_s012", "_tighter_s345", "_joint", "_marginal")
+    ap.add_argument("--pool-json", nargs="+", default=[str(HERE / "results" / f"gt_pool_digits{x}.json") for x in pools])
+    ap.add_argument("--suite-ground-truth", action="store_true",
+                    help="keepers by each row's own ground truth (keeps_class), not a pool (mnist5k)")
     ap.add_argument("--simulate", action="store_true")
     ap.add_argument("--trials", type=int, default=2000)
     ap.add_argument("--out", default=None, help="write the tables as JSON (atomically)")
@@ -167,7 +184,7 @@ def main(argv=None) -> int:
         ap.error("give told_apart_level.py --measures outputs, or --simulate")
     result = {"runs": a.runs}
     if a.runs:
-        result["table"] = table(a.runs, a.pool_json)
+        result["table"] = table(a.runs, [] if a.suite_ground_truth else a.pool_json)
         print("\n".join(result["table"]))
     if a.simulate:
         result["simulation"] = simulate(a.trials)

@@ -52,8 +52,27 @@ def test_table_counts_keepers_others_and_genuine_retrains(bench, tmp_path):
     run.write_bytes(gzip.compress(json.dumps({"rows": rows}).encode()))
     lines = bench.table([str(run)], [str(pool)])
     assert "| 5 | per-statistic 0.2 | 1/1 [2.5, 100.0 %] | 1/1 [2.5, 100.0 %] | 1/1 [2.5, 100.0 %] |" in lines
-    assert "| 5 | 0.05 + joint (the default) | 0/1 [0.0, 97.5 %] | 1/1 [2.5, 100.0 %] | 1/1 [2.5, 100.0 %] |" in lines
+    assert "| 5 | 0.05 + joint, Student t (the default) | 0/1 [0.0, 97.5 %] | 1/1 [2.5, 100.0 %] | " \
+        "1/1 [2.5, 100.0 %] |" in lines
+    # no pool: the rows' own ground truth (keeps_class) says who keeps
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps({"rows": [dict(_row(1, "hardened", 2.5), keeps_class=True),
+                                          dict(_row(1, "masked", 0.0), keeps_class=False)]}))
+    lines = bench.table([str(plain)], [])
+    assert "| 5 | per-statistic 0.2 | 1/1 [2.5, 100.0 %] | 1/1 [2.5, 100.0 %] | - |" in lines
     unknown = tmp_path / "other.json"
     unknown.write_text(json.dumps({"rows": [_row(1, "hardened", 0.0)]}))
     with pytest.raises(SystemExit, match="seed 1 hardened is in no --pool-json"):
         bench.table([str(unknown)], [str(pool)])
+
+
+def test_the_student_t_testability_requires_fewer_statistics_of_a_genuine_retrain(bench):
+    """A statistic with the original 13 reference sds out is required under the Gaussian testability (an
+    open equivalence for a retrain 4.5 sds out: not erased) but only informative under Student t (erased: 4.5 sds is
+    not told apart by Holm's rule at its family's share, nor jointly over two statistics)."""
+    sd = statistics.stdev(REFS)
+    row = _row(0, "retrain100", 0.0)
+    row["measures"][1] = asdict(Measure("representation", "s0", "train", "penultimate", "two", "u", 4.5 * sd,
+                                        13.0 * sd, REFS))
+    assert not bench.erased_under(row, 0.05, joint=True, z_power=bench.Z_POWER)
+    assert bench.erased_under(row, 0.05, joint=True)

@@ -7,8 +7,9 @@ same shot draws, the same audit seed). :func:`judge_all` applies :func:`unlearnk
 to each (the kept fraction against the margin ``config.kept_margin``; the references' prediction bound for a
 flag) and Holm's step-down correction within each family at the family's share of the false-flag budget
 (``config.BUDGET``), so a genuine retrain is flagged by a family with probability at most its share, and by the
-audit at most 1 − ``confidence`` (Bonferroni across families). Only testable statistics flag (the positive
-control: the original is far from the references there), and only they enter Holm's family; and a flag must be
+audit at most 1 − ``confidence`` (Bonferroni across families). Only informative statistics flag (the positive
+control: the original is far from the references there; every testable statistic is informative, and a few
+more, :mod:`unlearnkit.metrics.equivalence`), and only they enter Holm's family; and a flag must be
 material: the kept fraction's estimate beyond the margin (a deviation that is significant against references
 that happen to agree closely, but smaller than the margin, is no evidence of keeping the forget data). A
 deviation at the family's share of ``config.told_apart_level`` (0.05, Holm; material or not) is recorded as
@@ -97,6 +98,13 @@ class Check:
     def within(self) -> bool:
         return self.testable and self.result.within
 
+    @property
+    def informative(self) -> bool:
+        """A deviation here is evidence (the flags, the told-apart tests and the joint test read it): every
+        testable statistic, and those where the original is a little less far from the references
+        (:mod:`unlearnkit.metrics.equivalence`, "Informative")."""
+        return self.measure.decides and self.result.informative
+
     def to_dict(self) -> dict:
         m, r = self.measure, self.result
         return {"family": m.family, "name": m.name, "data": m.data, "layer": m.layer, "sides": m.sides,
@@ -106,6 +114,7 @@ class Check:
                 "kept": _finite(r.kept), "kept_interval": [_finite(r.kept_low), _finite(r.kept_high)],
                 "margin": r.margin, "flag_bounds": [_finite(r.flag_low), _finite(r.flag_high)],
                 "p": r.p, "p_holm": self.p_holm, "flag": self.flag or None, "testable": self.testable,
+                "informative": self.informative,
                 "within": self.within, "status": r.status, "unmeasured": self.unmeasured,
                 "separated": list(m.separated) or None, "can_flag": m.flags, "deviates": self.deviates or None}
 
@@ -158,7 +167,7 @@ def judge_all(measures: list[Measure], config: AuditConfig) -> list[Check]:
         # are where a Gaussian prediction bound is least safe (a genuine retrain's head relearnt for 40 steps
         # reached 0.88 where 8 references reached 0.67-0.82 and the original 1.00: flagged before this rule)
         live = [i for i in idx if measures[i].decides and measures[i].flags and
-                ((results[i].status == "ok" and results[i].testable) or _separated(measures[i]))]
+                ((results[i].status == "ok" and results[i].informative) or _separated(measures[i]))]
         ps = [(_separated(measures[i]) or ("", results[i].p))[1] for i in live]
         adjusted = dict(zip(live, holm(ps)))
         level, told_level = alpha * BUDGET[family], config.told_apart_level * BUDGET[family]
@@ -191,4 +200,4 @@ def judge_all(measures: list[Measure], config: AuditConfig) -> list[Check]:
 
 
 def _untestable(r: RuleResult) -> RuleResult:
-    return replace(r, testable=False, within=False, status="capped")
+    return replace(r, testable=False, within=False, status="capped", informative=False)

@@ -129,12 +129,14 @@ class AuditConfig:
     ``confidence`` (two one-sided t tests; Fieller's interval): a margin stated as an effect size (0.5: keeps
     less than half of what the original holds), which the references' spread widens the interval of, never
     the margin. A statistic is testable where the original is far enough from the references for a genuine
-    retrain to be certified (the positive control with power); ``erased`` needs every testable statistic
+    retrain to be certified with probability >= 99 % (the positive control with power, Student t: 15.6 of their
+    standard deviations at K = 5); informative where a deviation is evidence (the same with the Gaussian 2.576:
+    11.2 at K = 5; flags and the told-apart tests read these). ``erased`` needs every testable statistic
     certified, on both audit data, at least one at the output and one inside the model, and none **told apart**
     (beyond the references' prediction bound, Holm within the family at its share of ``told_apart_level``,
     material or not: not erased; recovering less than the references does not count), nor told apart **jointly**
     (:mod:`unlearnkit.audit.joint`: the root mean square of the model's standardised deviations over every
-    testable statistic beyond the references' own, at ``joint_level``). Both levels are 0.05, the flag's
+    informative statistic beyond the references' own, at ``joint_level``). Both levels are 0.05, the flag's
     (``told_apart_level`` None: 1 − ``confidence``, whatever the confidence): a told-apart model is only left
     open, never accused. Before the joint test (2026-12-07) ``told_apart_level``
     was 0.2, four times the flag's, because five references told models that keep a third of the original's

@@ -1,8 +1,8 @@
-"""The joint told-apart test: is the audited model, over every testable statistic at once, further from the
+"""The joint told-apart test: is the audited model, over every informative statistic at once, further from the
 references than they are from each other?
 
 INFERRED (no reference code; the construction is a leave-one-out prediction test, as for every single statistic,
-applied to one summary of all of them). Each testable, deciding check (:class:`~unlearnkit.audit.checks.Check`, both
+applied to one summary of all of them). Each informative, deciding check (:class:`~unlearnkit.audit.checks.Check`, both
 audit data, every family) gives K + 1 values: the audited model's and each reference's, on the scale the flag
 reads (log-odds for a recovery). Each of the K + 1 models is standardised against the other K,
 z = (x − their mean) / their standard deviation, clipped to ±:data:`CLIP`; on a recovery statistic only the side
@@ -65,17 +65,18 @@ class Joint:
     def to_dict(self) -> dict:
         return {"value": self.value, "references": list(self.references), "bound": self.bound, "p": self.p,
                 "n_checks": self.n_checks, "level": self.level, "told_apart": self.told_apart,
-                "statistic": "cube root of mean z^2 over the testable statistics, each model against the other K "
+                "statistic": "cube root of mean z^2 over the informative statistics, each model against the other K "
                              f"(z clipped to +-{CLIP:g}; z+ on a recovery)"}
 
 
 def joint_deviation(checks: list[Check], level: float) -> Joint | None:
-    """The joint test over ``checks``' testable, deciding statistics; None with fewer than
+    """The joint test over ``checks``' informative, deciding statistics (every testable one, and those a little
+    less far from the original: :mod:`unlearnkit.metrics.equivalence`); None with fewer than
     :data:`MIN_REFERENCES` references or no such statistic with every value finite."""
     rows, rec = [], []
     for c in checks:
         m = c.measure
-        if not c.testable:
+        if not c.informative:
             continue
         u, _, refs = m.flag_values if m.flag_values is not None else (m.unlearned, m.original, m.references)
         x = [float(u), *map(float, refs)]

@@ -33,7 +33,7 @@ EXPLAIN = [
                "bound at the told-apart level (told_apart_level, Holm) by less than the margin (not flagged, not "
                "erased); 'cannot test' = the original is not far "
                "enough from the references, relative to their spread, for a retrain to be certified there; the "
-               "'joint' row: every testable statistic together, the cube root of the mean squared standardised "
+               "'joint' row: every informative statistic together, the cube root of the mean squared standardised "
                "deviation of the model and of each reference against the others, told apart (not erased) above "
                "the references' prediction bound at joint_level"),
     ("separability (check)", "log U, the Gaussian-unbiased Mahalanobis distance Δμᵀ Σ_w⁻¹ Δμ of forget vs retained "

@@ -88,9 +88,9 @@ RULE_NOTE = ("every deciding statistic is measured the same way on the unlearned
              "of references) inside (-kept_margin, kept_margin) by two one-sided t tests at 1 - confidence, on both "
              "audit data, at least one testable at the output and one inside the model, and none told apart (beyond "
              "the references' prediction bound, Holm within its family at the family's share of told_apart_level, "
-             "by less than the margin; below on a recovery statistic does not count), nor told apart jointly (the "
-             "cube root of the mean of its squared standardised deviations over every testable statistic above the "
-             "references' own prediction bound, at joint_level: checks.joint)")
+             "by less than the margin, over the informative statistics; below on a recovery statistic does not "
+             "count), nor told apart jointly (the cube root of the mean of its squared standardised deviations over "
+             "every informative statistic above the references' own prediction bound, at joint_level: checks.joint)")
 
 
 def verdict_line(verdict: str, utility: dict | None) -> str:
@@ -129,7 +129,7 @@ class AuditReport:
     references_needed: int | None = None  # inconclusive: references that would decide, if the values stayed
     output_test: Any = None  # metrics.output_test.OutputTest: the output membership test (None: no forget rows)
     utility: dict = field(default_factory=dict)  # core.utility_loss: the utility axis
-    joint: Any = None  # joint.Joint: the joint told-apart test over every testable statistic (None: not run)
+    joint: Any = None  # joint.Joint: the joint told-apart test over every informative statistic (None: not run)
 
     @property
     def verdict_line(self) -> str:

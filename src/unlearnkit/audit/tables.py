@@ -55,7 +55,7 @@ def check_state(c: dict) -> str:
     margin, yet beyond the references' bound: not erased), certified, not shown, cannot test, reported."""
     if c.get("flag"):
         return f"flagged {c['flag']}"
-    if c.get("deviates") and c.get("testable"):
+    if c.get("deviates") and c.get("informative", c.get("testable")):
         return f"told apart {c['deviates']}"
     if not c.get("decides", True):
         return "reported"
@@ -84,12 +84,12 @@ def check_rows(d: dict) -> tuple[list[str], list[list[str]]] | None:
         rows.append([c["family"], c["name"], where, _f(c.get("unlearned")), _f(c.get("original")), rng, kept,
                      check_state(c)])
     joint = (d.get("checks") or {}).get("joint")
-    if joint:  # the joint told-apart test (audit/joint.py): one more row, over every testable statistic
+    if joint:  # the joint told-apart test (audit/joint.py): one more row, over every informative statistic
         refs = joint.get("references") or []
         rng = f"{min(refs):.2f}..{max(refs):.2f}" if refs else "n/a"
         says = (f"told apart (p {joint['p']:.2g})" if joint.get("told_apart")
                 else f"within (bound {_f(joint.get('bound'))}, p {joint['p']:.2g})")
-        rows.append(["joint", "joint deviation", f"{joint['n_checks']} testable statistics", _f(joint.get("value")),
+        rows.append(["joint", "joint deviation", f"{joint['n_checks']} informative statistics", _f(joint.get("value")),
                      "n/a", rng, "n/a", says])
     return header, rows
 

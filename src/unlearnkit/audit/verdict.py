@@ -27,11 +27,12 @@ first that returns a :class:`Decision` wins:
 9. :func:`inside_untested`: no statistic that looks inside the model is testable (the same).
 10. :func:`not_equivalent`: some testable statistic's kept fraction is not shown to lie inside
     (−margin, margin): names it, its interval, and how many references would decide.
-11. :func:`distinguishable`: every testable statistic certified, but some lies beyond the references' prediction
-    bound (Holm, the family's share of ``told_apart_level``, 0.05) by less than its margin, or all of them
-    together do (:mod:`unlearnkit.audit.joint`, at ``joint_level``, 0.05): told apart from retrains, so not
-    ``erased`` (a genuine retrain reads so in at most ``told_apart_level`` of audits by the first when retrains'
-    values are Gaussian, and in 4-11 % by the second, simulated).
+11. :func:`distinguishable`: every testable statistic certified, but some informative one (every testable
+    statistic, and a few where the original is a little less far: :mod:`unlearnkit.metrics.equivalence`) lies
+    beyond the references' prediction bound (Holm, the family's share of ``told_apart_level``, 0.05) by less than
+    its margin, or all of them together do (:mod:`unlearnkit.audit.joint`, at ``joint_level``, 0.05): told apart
+    from retrains, so not ``erased`` (a genuine retrain reads so in at most ``told_apart_level`` of audits by the
+    first when retrains' values are Gaussian, and in 4-11 % by the second, simulated).
 12. :func:`erased`: an intersection-union test: **every** testable statistic of every family, on both audit
     data, certified (its kept fraction's interval inside the margin), at least one at the output and one
     inside; it names what it certifies and what it could not test.
@@ -92,6 +93,10 @@ class Measurements:
     @property
     def testable(self) -> list[Check]:
         return [c for c in self.checks if c.testable]
+
+    @property
+    def informative(self) -> list[Check]:
+        return [c for c in self.checks if c.informative]
 
 
 @dataclass
@@ -347,24 +352,24 @@ def not_equivalent(m: Measurements) -> Decision | None:
 
 
 def distinguishable(m: Measurements) -> Decision | None:
-    """Certified within the margins, yet told apart from the references: by some testable statistic, beyond their
+    """Certified within the margins, yet told apart from the references: by some informative statistic, beyond their
     prediction bound (Holm, the family's share of ``told_apart_level``) by less than its margin, or jointly
-    (:mod:`unlearnkit.audit.joint`: over every testable statistic at once, at ``joint_level``). ``erased`` says
+    (:mod:`unlearnkit.audit.joint`: over every informative statistic at once, at ``joint_level``). ``erased`` says
     indistinguishable from retrain, so it is not certified."""
-    off = [c for c in m.testable if c.deviates]
+    off = [c for c in m.informative if c.deviates]
     joint = m.joint if m.joint is not None and m.joint.told_apart else None
     if not off and joint is None:
         return None
     lines = []
     if off:
         worst = min(off, key=lambda c: c.p_holm)
-        lines.append(f"told apart from the references at {len(off)} of {len(m.testable)} testable statistics "
+        lines.append(f"told apart from the references at {len(off)} of {len(m.informative)} informative statistics "
                      f"({_families(off)}), though each keeps less than its margin: e.g. {describe(worst)}, "
                      f"{worst.deviates} the references' prediction bound (Holm p = {worst.p_holm:.2g}); erased needs "
                      f"indistinguishable from retrain")
     if joint is not None:
         rms = [max(v, 0.0) ** 1.5 for v in (joint.value, min(joint.references), max(joint.references), joint.bound)]
-        lines.append(f"told apart from the references jointly: over {joint.n_checks} testable statistics its "
+        lines.append(f"told apart from the references jointly: over {joint.n_checks} informative statistics its "
                      f"standardised deviations' root mean square is {rms[0]:.2f} where each reference's, against "
                      f"the others, is {rms[1]:.2f} to {rms[2]:.2f} (bound {rms[3]:.2f}, p = {joint.p:.2g} at level "
                      f"{joint.level:g}), though each statistic keeps less than its margin; erased needs "

@@ -24,11 +24,21 @@ handing in widely spread references makes certification harder, never easier). A
 :func:`simulate_certify_rate` checks it.
 
 **Testable** (a per-statistic positive control with power): the test could certify a genuine retrain, i.e. a
-model ``z_power`` (2.576) prediction standard deviations from the references' centre would pass:
-δ (o − r̄) ≥ t_{K−1, 1−α} · s · c + z_power · s · sqrt(1 + 1/K) (c the larger of the two forms' factors). It
-depends on the original and the references only, never on the audited model. Where the original is not that
-far from the references (relative to their spread), the statistic cannot show erasure at this margin and is
-reported, not read.
+model t_{K−1, 0.995} prediction standard deviations from the references' centre would pass:
+δ (o − r̄) ≥ t_{K−1, 1−α} · s · c + t_{K−1, 0.995} · s · sqrt(1 + 1/K) (c the larger of the two forms' factors).
+A genuine retrain's standardised deviation (u − r̄) / (s sqrt(1 + 1/K)) is Student t with K − 1 degrees of
+freedom (the references' s is estimated), so a testable statistic certifies it with probability >= 99 % when
+retrains' values are Gaussian: the intersection over the dozens an audit tests keeps its power. (Until
+2026-12-07 the Gaussian 2.576 stood for the t quantile, which at K = 5 is 4.60: a genuine retrain then failed a
+statistic at the edge of testability in about 6 % of audits, not 1 %; on digits 10 % of genuine retrains' audits
+at K = 5 failed that way, ``docs/audit.md``.) It depends on the original and the references only, never on the
+audited model. Where the original is not that far from the references (relative to their spread), the
+statistic cannot show erasure at this margin and is reported, not required.
+
+**Informative** (the positive control of a deviation): the original is far enough from the references for a
+deviation there to be evidence of keeping, the same inequality with the Gaussian :data:`Z_POWER` (2.576) in
+place of the t quantile: every testable statistic is informative. Flags, the told-apart tests and the joint
+test (:mod:`unlearnkit.audit.joint`) read the informative statistics; certification needs the testable ones.
 
 [INFERRED] No reference code exists for an unlearning audit of this form; the flag is the textbook Gaussian
 prediction interval, the certification Schuirmann's two one-sided tests with Fieller's ratio. Pure: numpy and
@@ -45,10 +55,18 @@ import numpy as np
 from scipy import special, stats
 
 SIDES = ("two", "upper")
-#: the testability requirement of :func:`judge`: a retrain this many prediction standard deviations from the
-#: references' centre would still be certified (2.576: a genuine retrain passes a testable statistic with
-#: probability >= 99 %)
+#: the informative requirement of :func:`judge` (module docstring): a retrain this many prediction standard
+#: deviations from the references' centre would still be certified (the Gaussian 99 % two-sided quantile)
 Z_POWER = 2.576
+#: the testability requirement's two-sided probability: a retrain t_{K-1, POWER} prediction standard deviations
+#: from the references' centre would still be certified (module docstring)
+POWER = 0.995
+
+
+def z_certify(k: int) -> float:
+    """The testability requirement with K references: t_{K−1, 0.995} (:data:`POWER`; 4.60 at K = 5, 3.50 at 8,
+    2.66 at 64), where a genuine retrain's standardised deviation is Student t (module docstring)."""
+    return t_quantile(max(k - 1, 1), POWER)
 
 
 @lru_cache(maxsize=4096)
@@ -102,7 +120,8 @@ class RuleResult:
     one-sided p-values; ``testable``: the positive control with power holds; ``within``: certified
     (testable and both one-sided equivalence tests reject); ``flag``: "above" / "below" / "" at this
     comparison's own ``flag_level`` (a family applies Holm on the p-values instead); ``status``: "ok" or why
-    nothing could be judged ("too_few_references", "not_finite", "no_spread")."""
+    nothing could be judged ("too_few_references", "not_finite", "no_spread"); ``informative``: the positive
+    control of a deviation holds (module docstring; True wherever ``testable`` is)."""
 
     value: float
     original: float
@@ -124,6 +143,7 @@ class RuleResult:
     status: str = "ok"
     equiv_level: float = 0.05
     flag_level: float = 0.05
+    informative: bool = False
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -158,18 +178,22 @@ def _certify(a: float, b: float, s: float, k: int, *, margin: float, level: floa
 
 
 def excess_to_test(k: int, *, margin: float, sides: str = "two", level: float = 0.05,
-                    z_power: float = Z_POWER) -> float:
+                   z_power: float | None = None) -> float:
     """The original's excess over K references, in their standard deviations, from which a statistic is
     testable (:func:`judge`'s positive control with power): a retrain ``z_power`` prediction standard
-    deviations from their centre would still be certified. 11.2 at K = 5 and 9.0 at K = 64 for a two-sided
-    statistic at the margin 0.5; about 42 at the margin 0.1."""
+    deviations from their centre would still be certified (None: :func:`z_certify`, t_{K−1, 0.995}). 15.6 at
+    K = 5, 12.1 at K = 8 and 9.1 at K = 64 for a two-sided statistic at the margin 0.5 (11.2 at K = 5 with the
+    Gaussian :data:`Z_POWER`, the informative requirement); about 42 at the margin 0.1 with K = 64."""
+    if z_power is None:
+        z_power = z_certify(k)
     t_eq = t_quantile(k - 1, 1.0 - level)
     factor = math.sqrt(1.0 + margin ** 2 + (1.0 + margin) ** 2 / k) if sides == "two" else \
         math.sqrt(1.0 + margin ** 2 + (1.0 - margin) ** 2 / k)
     return (t_eq * factor + z_power * math.sqrt(1.0 + 1.0 / k)) / margin
 
 
-def _testable(b: float, s: float, k: int, *, margin: float, sides: str, level: float, z_power: float) -> bool:
+def _testable(b: float, s: float, k: int, *, margin: float, sides: str, level: float,
+              z_power: float | None) -> bool:
     """The positive control with power: the original's excess ``b`` over K references of spread ``s`` is large
     enough (:func:`excess_to_test`)."""
     return b > 0 and b >= s * excess_to_test(k, margin=margin, sides=sides, level=level, z_power=z_power)
@@ -195,15 +219,16 @@ def kept_interval(a: float, b: float, s: float, k: int, level: float) -> tuple[f
 
 
 def judge(value: float, original: float, references: Sequence[float], *, margin: float, sides: str = "two",
-          equiv_level: float = 0.05, flag_level: float = 0.05, z_power: float = Z_POWER) -> RuleResult:
+          equiv_level: float = 0.05, flag_level: float = 0.05, z_power: float | None = None) -> RuleResult:
     """The rule (module docstring) for one statistic: ``value`` (the audited model), ``original`` and the
     references' ``references`` (K >= 2 values), oriented so that more = more of the forgotten data. ``margin``
     δ in (0, 1); ``sides`` "two" (a deviation either way counts, certification needs |κ| < δ) or "upper" (only
     more counts). ``equiv_level``: α of each one-sided equivalence test; ``flag_level``: the flag's level per
     side (a family passes its Bonferroni share, or reads the p-values for Holm); ``z_power``: the testability
-    requirement (a retrain this many prediction standard deviations from the centre would be certified; 2.576:
-    a genuine retrain passes a testable statistic with probability >= 99 %, so that the intersection over the
-    dozens an audit tests keeps its power)."""
+    requirement (a retrain this many prediction standard deviations from the centre would be certified; None:
+    :func:`z_certify`, t_{K−1, 0.995}: a genuine retrain passes a testable statistic with probability >= 99 %,
+    so that the intersection over the dozens an audit tests keeps its power). ``informative`` reads the
+    Gaussian :data:`Z_POWER` (or ``z_power`` where that is smaller)."""
     if sides not in SIDES:
         raise ValueError(f"sides must be one of {SIDES}, not {sides!r}")
     if not 0.0 < margin < 1.0:
@@ -226,12 +251,15 @@ def judge(value: float, original: float, references: Sequence[float], *, margin:
     half = t_quantile(k - 1, 1.0 - flag_level) * pred
     p_above, p_below = _t_sf(a / pred, k - 1), _t_sf(-a / pred, k - 1)
     flag = "above" if a > half else ("below" if sides == "two" and a < -half else "")
-    testable = _testable(b, s, k, margin=margin, sides=sides, level=equiv_level, z_power=z_power)
+    z_t = z_certify(k) if z_power is None else z_power
+    testable = _testable(b, s, k, margin=margin, sides=sides, level=equiv_level, z_power=z_t)
+    informative = testable or _testable(b, s, k, margin=margin, sides=sides, level=equiv_level,
+                                        z_power=min(Z_POWER, z_t))
     kept = a / b if b > 0 else nan
     lo, hi = kept_interval(a, b, s, k, equiv_level) if b > 0 else (-math.inf, math.inf)
     within = testable and _certify(a, b, s, k, margin=margin, level=equiv_level, sides=sides)
     return RuleResult(value, original, refs, center, s, kept, lo, hi, margin, sides, center - half, center + half,
-                      p_above, p_below, testable, within, flag, "ok", equiv_level, flag_level)
+                      p_above, p_below, testable, within, flag, "ok", equiv_level, flag_level, informative)
 
 
 def simulate_certify_rate(k: int, *, kept: float, margin: float, excess_sd: float = 10.0, sides: str = "two",
@@ -253,7 +281,7 @@ def simulate_certify_rate(k: int, *, kept: float, margin: float, excess_sd: floa
 
 def references_to_test(r: RuleResult, max_references: int = 64) -> int | None:
     """The smallest number of references with which this statistic would be testable (the positive control
-    with power, :func:`judge`'s default ``z_power``), if the original's excess over the references and their
+    with power, :func:`judge`'s default, t_{K−1, 0.995}), if the original's excess over the references and their
     spread stayed as measured: None when none up to ``max_references`` would (the original is too close to
     the references for any number of them: about (t + z) / margin of their standard deviations are needed)
     or nothing was measured."""
@@ -261,7 +289,7 @@ def references_to_test(r: RuleResult, max_references: int = 64) -> int | None:
         return None
     b = r.original - r.center
     for k in range(max(len(r.references), 2), max_references + 1):
-        if _testable(b, r.spread, k, margin=r.margin, sides=r.sides, level=r.equiv_level, z_power=Z_POWER):
+        if _testable(b, r.spread, k, margin=r.margin, sides=r.sides, level=r.equiv_level, z_power=None):
             return k
     return None
 
