@@ -142,8 +142,8 @@ class AuditConfig:
     was 0.2, four times the flag's, because five references told models that keep a third of the original's
     excess from retrains too rarely at 0.05; over four sets of audits (digits, seeds 0-5, the ``hardened``
     families, K = 5) it let 10 of 236 such audits through and certified 70 % of genuine retrains', where both
-    levels at 0.05 with the joint test let 1 through and certified 73 % (``benchmarks/combined_rule.py``,
-    docs/audit.md "The joint test"). ``CALIBRATION``
+    levels at 0.05 with the joint test let 1 through and certified 73 %, and 85 % once testability read Student t
+    (``benchmarks/combined_rule.py``, docs/audit.md "The joint test"). ``CALIBRATION``
     lists the measurements behind the sweep and the margin.
 
     Reported beside them, read by no rule: the separability ratio U_unlearned / mean U_references with an

@@ -106,7 +106,7 @@ def audit_command(
                                                              "retrains is left uncertified by it) [default: the "
                                                              "flag's level, 1 - confidence]"),
     joint_level: float = typer.Option(0.05, help="erased also needs the model not told apart from the "
-                                                 "references over every testable statistic at once at this "
+                                                 "references over every informative statistic at once at this "
                                                  "level (the joint test, docs/audit.md)"),
 ):
     """Did the unlearned model really forget? Verdict, evidence, per-layer numbers and plots.
