@@ -65,3 +65,56 @@ def test_a_forward_that_cannot_run_channels_last_runs_as_given():
 def test_a_model_without_convolutions_is_not_copied():
     mlp = nn.Sequential(nn.Flatten(), nn.Linear(12, 3))
     assert fast_copy(mlp, "cpu") is mlp
+
+
+def _randomise_bn(model):
+    g = torch.Generator().manual_seed(1)
+    for mod in model.modules():
+        if isinstance(mod, nn.BatchNorm2d):
+            n = mod.num_features
+            mod.running_mean.copy_(torch.randn(n, generator=g))
+            mod.running_var.copy_(torch.rand(n, generator=g) + 0.5)
+            mod.weight.data.copy_(torch.rand(n, generator=g) + 0.5)
+            mod.bias.data.copy_(torch.randn(n, generator=g))
+
+
+def test_batchnorm_folded_into_the_convolution_before_it_gives_the_same_function():
+    from unlearnkit.models.zoo import small_cnn
+
+    torch.manual_seed(0)
+    model = small_cnn(10, image_size=8).eval()
+    _randomise_bn(model)
+    x = torch.randn(16, 1, 8, 8)
+    with torch.no_grad():
+        want = model(x)
+        copy_ = fast_copy(model, "cpu")
+        got = copy_(x.contiguous(memory_format=torch.channels_last))
+    assert not any(isinstance(m, nn.BatchNorm2d) for m in copy_.modules())  # all four folded
+    assert sum(isinstance(m, nn.BatchNorm2d) for m in model.modules()) == 4  # the model given keeps its own
+    assert torch.allclose(got, want, atol=1e-5, rtol=1e-5)
+
+
+class _Custom(nn.Sequential):
+    def forward(self, x):  # does not run its children in order: nothing in it is folded
+        return self[0](x) + self[1](x)
+
+
+def test_folding_leaves_pairs_it_cannot_fold_exactly_alone():
+    from unlearnkit.models.features import fold_batchnorm
+
+    conv = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+    model = nn.Sequential(conv, _Custom(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4)))
+    model.unlearnkit_taps = {"c": Tap("0.0")}  # the convolution's own output is read: not folded
+    model.eval()
+    assert fold_batchnorm(model) == 0
+    del model.unlearnkit_taps
+    model[0][1].train()  # batch statistics: not folded
+    assert fold_batchnorm(model) == 0
+    model[0][1].eval()
+    model[0][1].weight.data.fill_(1e38)
+    model[0][1].running_var.fill_(1e-30)
+    model[0][1].eps = 0.0
+    assert fold_batchnorm(model) == 0  # the folded weights (about 1e53) are not finite in float32
+    model[0][1].weight.data.fill_(1.0)
+    model[0][1].eps = 1e-5
+    assert fold_batchnorm(model) == 1 and isinstance(model[0][1], nn.Identity)

@@ -58,18 +58,22 @@ class AuditContext:
         key = self.cache_key(obj, *parts)
         return compute() if key is None else self.cache.get_or(key, compute)
 
-    def cached_many(self, items: list[tuple[Any, tuple, Callable[[], Any]]]) -> list:
+    def cached_many(self, items: list[tuple[Any, tuple, Callable[[], Any]]],
+                    costs: list[float] | None = None) -> list:
         """``[self.cached(obj, parts, compute) for obj, parts, compute in items]`` (``obj`` None: never
         cached), with the values not in the cache computed as parallel jobs
         (:func:`~unlearnkit.audit.probing.run_parallel`: ``n_workers`` threads, torch and BLAS on one thread
         each, so a value does not depend on how many run beside it); one after the other on a GPU. Used for
         the per-model work after the layer stage (k-NN, feature distances, resurfacing attacks): on two
         cores, one model per thread beats two threads per model for these small forward passes, fits and
-        eigendecompositions."""
+        eigendecompositions. ``costs`` (one per item, any unit): the jobs start longest first, so the
+        threads finish together (scheduling only: no value depends on it)."""
         from .probing import on_gpu, one_thread, run_parallel
 
         keys = [None if obj is None else self.cache_key(obj, *parts) for obj, parts, _ in items]
         todo = [i for i, key in enumerate(keys) if key is None or not self.cache.has(key)]
+        if costs is not None:
+            todo.sort(key=lambda i: -costs[i])  # stable: equal costs keep their order
         jobs = [items[i][2] for i in todo]
         if on_gpu(self.device):
             with one_thread():  # the CPU side of GPU jobs (small linear algebra) stays on one thread too
@@ -83,6 +87,29 @@ class AuditContext:
             if i not in todo:
                 out[i] = self.cache.get(key)
         return out
+
+    def run_pending(self, pending: dict[str, Pending]) -> dict[str, Any]:
+        """``{name: p.finish(values of p.items)}``: the jobs of every :class:`Pending` computed in one call of
+        :meth:`cached_many`, longest first (the resurfacing checks: one pool, no thread waiting at the end of
+        one check while the other runs the last job of it)."""
+        items, costs, spans = [], [], {}
+        for name, p in pending.items():
+            spans[name] = slice(len(items), len(items) + len(p.items))
+            items += p.items
+            costs += [p.cost] * len(p.items) if isinstance(p.cost, (int, float)) else list(p.cost)
+        values = self.cached_many(items, costs)
+        return {name: p.finish(values[spans[name]]) for name, p in pending.items()}
+
+
+@dataclass
+class Pending:
+    """A check's per-model jobs, as :meth:`AuditContext.cached_many` takes them (``items``), the time each
+    takes relative to the others' (``cost``: one number for all, or one per item; scheduling only) and what
+    makes the check's result of their values (``finish``)."""
+
+    items: list
+    finish: Callable[[list], Any]
+    cost: float | list[float] = 1.0
 
 
 @dataclass

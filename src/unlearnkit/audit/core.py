@@ -57,9 +57,9 @@ from .memo import AuditCache
 from .outputs import output_measures
 from .passes import as_model_list, forward_passes
 from .probing import run_parallel
-from .relearning import relearn_plan, relearning_measures
+from .relearning import relearn_plan, relearning_jobs
 from .report import AuditReport
-from .resurface import batchnorm_measures, head_refit_measures, head_relearn_measures
+from .resurface import batchnorm_jobs, head_refit_jobs, head_relearn_jobs
 from .verdict import KEPT_CKA, decide, measurements
 from .vfl import transmitted_diagnostics
 
@@ -173,30 +173,27 @@ def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: S
 def inside_measures(passes: ForwardPasses, ctx: AuditContext) -> tuple[list, dict, dict]:
     """The measures that attack copies of the models (relearning, head re-fit, head relearning, BatchNorm
     recalibration; each when ``config`` turns it on), what did not apply and why, and the relearning's report
-    entry."""
+    entry. The per-model jobs of every check run in one pool, longest first (:meth:`AuditContext.run_pending`)."""
     config = ctx.config
     plan, why = relearn_plan(ctx.split, config, ctx.audit_seed)
-    measures, not_applicable, report = [], {}, {}
-    if config.relearn:
-        if plan is None:
-            not_applicable["relearning"] = why
-        else:
-            got, report = relearning_measures(passes, ctx, plan)
-            measures += got
-    heads = []
-    for on, fn in ((config.head_refit, partial(head_refit_measures, passes, ctx)),
-                   (config.head_relearn, partial(head_relearn_measures, passes, ctx, plan))):
-        if on:
-            got, why_not = fn()
-            heads += got
-            if why_not:
-                not_applicable.setdefault("heads", why_not)
-    measures += heads
-    if config.bn_recalibration:
-        got, why_not = batchnorm_measures(passes, ctx)
-        measures += got
-        if why_not:
-            not_applicable["batchnorm"] = why_not
+    pending, not_applicable = {}, {}
+    if config.relearn and plan is None:
+        not_applicable["relearning"] = why
+    elif config.relearn:
+        pending["relearning"] = relearning_jobs(passes, ctx, plan)
+    for name, on, fn, why_key in (
+            ("head_refit", config.head_refit, partial(head_refit_jobs, passes, ctx), "heads"),
+            ("head_relearn", config.head_relearn, partial(head_relearn_jobs, passes, ctx, plan), "heads"),
+            ("batchnorm", config.bn_recalibration, partial(batchnorm_jobs, passes, ctx), "batchnorm")):
+        got = fn() if on else None
+        if isinstance(got, str):
+            not_applicable.setdefault(why_key, got)
+        elif got is not None:
+            pending[name] = got
+    done = ctx.run_pending(pending)
+    measures, report = done.pop("relearning", ([], {}))
+    for name in ("head_refit", "head_relearn", "batchnorm"):
+        measures = measures + done.get(name, [])
     return measures, not_applicable, report
 
 

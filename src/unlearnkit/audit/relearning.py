@@ -62,6 +62,7 @@ from torch import nn
 from ..metrics.forgetting_quality import logit_scaled_confidence
 from .canonical import canonicalize
 from .config import AuditConfig
+from .context import Pending
 
 EVAL_SETS = ("train", "test")
 #: sample requests: this many draws, each a random half of the forget rows as shots, read on the other half
@@ -242,11 +243,14 @@ def relearn_copy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int,
     return m
 
 
-def relearn_model(model: nn.Module, plan: RelearnPlan, split, config: AuditConfig, device,
-                  canonical: tuple[nn.Module, str | None] | None = None) -> RelearnCurve:
+def relearn_model(model: nn.Module, plan: RelearnPlan, split, config: AuditConfig, device, *,
+                  canonical: tuple[nn.Module, str | None] | None = None,
+                  lrs: tuple[float, ...] | None = None) -> RelearnCurve:
     """The relearning sweep of ``plan`` on one model (module docstring); ``canonical``: its
     :func:`~unlearnkit.audit.canonical.canonicalize` when already made (tracing a model is not thread-safe:
-    the audit canonicalises every model before the sweeps run in parallel)."""
+    the audit canonicalises every model before the sweeps run in parallel); ``lrs``: only the sweep's runs at
+    these learning rates (each run is independent of the others: the audit makes one job of each,
+    :func:`merge_curves` joins them)."""
     copy_, reason = canonical if canonical is not None else canonicalize(model)
     curve = RelearnCurve(canonical=reason)
     test_x = _inputs(split.test_forget, plan.test_rows, device) if plan.test_rows.size else None
@@ -267,6 +271,8 @@ def relearn_model(model: nn.Module, plan: RelearnPlan, split, config: AuditConfi
             return got
 
         for lr, budgets in plan.sweep:
+            if lrs is not None and lr not in lrs:
+                continue
             for budget, got in zip(budgets, sgd_curve(copy_, x, y, lr, budgets, read)):
                 for name in plan.sets():
                     got_set = got[name] if got is not None else (math.nan, math.nan, math.nan)
@@ -278,6 +284,16 @@ def relearn_model(model: nn.Module, plan: RelearnPlan, split, config: AuditConfi
         curve.acc[key] = float(np.mean(accs))
         curve.diverged = curve.diverged or not all(math.isfinite(v) for v in phis)
     return curve
+
+
+def merge_curves(curves: list[RelearnCurve]) -> RelearnCurve:
+    """One model's :class:`RelearnCurve` from the curves of its sweep's learning rates (disjoint cells)."""
+    out = RelearnCurve(canonical=curves[0].canonical, diverged=any(c.diverged for c in curves))
+    for c in curves:
+        out.phi.update(c.phi)
+        out.prob.update(c.prob)
+        out.acc.update(c.acc)
+    return out
 
 
 def raw_relearn(model: nn.Module, plan: RelearnPlan, split, config: AuditConfig, device) -> float:
@@ -302,29 +318,45 @@ def flagging_budgets(plan: RelearnPlan) -> set[int]:
     return budgets - {max(budgets)} if len(budgets) > 1 else budgets
 
 
-def relearning_measures(passes, ctx, plan: RelearnPlan | None) -> tuple[list, dict]:
-    """The sweep of ``plan`` on every model as :class:`~unlearnkit.audit.checks.Measure` s (per held-out set and
-    cell, mean φ; deciding when every model could be canonicalised), and a report entry (the plan, each model's
-    accuracies, raw relearning of the model as given); the references' curves come from the run's cache when
-    an earlier audit of the run computed them."""
+def relearning_jobs(passes, ctx, plan: RelearnPlan) -> Pending:
+    """The sweep of ``plan`` on every model, one job per model and learning rate (and one of raw relearning per
+    model but the original), finished as :class:`~unlearnkit.audit.checks.Measure` s (per held-out set and cell,
+    mean φ; deciding when every model could be canonicalised) and a report entry (the plan, each model's
+    accuracies, raw relearning of the model as given); the references' values come from the run's cache when an
+    earlier audit of the run computed them."""
     from functools import partial
 
-    from .checks import Measure
-
-    if plan is None:
-        return [], {}
     config, device = ctx.config, ctx.device
     models = [passes.unlearned, passes.original, *passes.refs]
     # torch.fx tracing patches nn.Module.__call__ globally: canonicalise one model at a time, before the sweeps
     # run as parallel jobs (the references' copies once per run)
     canon = [canonicalize(m) if i == 0 else ctx.cached(m, ("canonical",), partial(canonicalize, m))
              for i, m in enumerate(models)]
-    curves = ctx.cached_many([(None if i == 0 else m, ("relearn",), partial(relearn_model, m, plan, ctx.split, config,
-                                                                             device, canon[i]))
-                              for i, m in enumerate(models)])
-    raws = ctx.cached_many([(None if i == 0 else m, ("relearn_raw",), partial(raw_relearn, m, plan, ctx.split, config,
-                                                                               device))
-                            for i, m in enumerate(models[:1] + models[2:])])
+    lrs = list(dict.fromkeys(lr for lr, _ in plan.sweep))
+    items = [(None if i == 0 else m, ("relearn", lr), partial(relearn_model, m, plan, ctx.split, config, device,
+                                                              canonical=canon[i], lrs=(lr,)))
+             for i, m in enumerate(models) for lr in lrs]
+    raw_models = models[:1] + models[2:]
+    items += [(None if i == 0 else m, ("relearn_raw",), partial(raw_relearn, m, plan, ctx.split, config, device))
+              for i, m in enumerate(raw_models)]
+    # job times in SGD steps (scheduling only): a sweep run is its longest budget, raw relearning its steps
+    cost = [len(plan.draws) * sum(max(b) for r, b in plan.sweep if r == lr) for lr in lrs] * len(models) + \
+        [float(config.relearn_steps)] * len(raw_models)
+
+    def finish(values: list) -> tuple[list, dict]:
+        n = len(lrs)
+        curves = [merge_curves(values[i * n:(i + 1) * n]) for i in range(len(models))]
+        return _relearning_result(curves, values[len(models) * n:], plan, config)
+
+    return Pending(items, finish, cost)
+
+
+def _relearning_result(curves: list[RelearnCurve], raws: list, plan: RelearnPlan,
+                       config: AuditConfig) -> tuple[list, dict]:
+    """The measures and the report entry of :func:`relearning_jobs` from every model's curve (unlearned,
+    original, references) and raw relearning (unlearned, references)."""
+    from .checks import Measure
+
     reasons = [c.canonical for c in curves if c.canonical]
     decides = not reasons
     note = ("SGD on canonical copies (no rescaling or permutation of units moves it)" if decides else

@@ -47,8 +47,11 @@ from ..models.features import LOGITS, extract
 from ..models.zoo import head_of, taps_of
 from .checks import Measure
 from .config import AuditConfig
-from .context import AuditContext, ForwardPasses
+from .context import AuditContext, ForwardPasses, Pending
 from .relearning import RECOVERY_UNIT, RelearnPlan, working_copy
+
+#: a head check's job time in SGD steps of the relearning (scheduling only: they read frozen features)
+HEAD_COST = 2.0
 
 
 def batchnorm_layers(model: nn.Module) -> list[nn.modules.batchnorm._BatchNorm]:
@@ -99,14 +102,6 @@ def _recovery(model: nn.Module, data, config: AuditConfig, device) -> tuple[floa
     return float(np.mean(1.0 / (1.0 + np.exp(-phi)))), float(np.mean(phi))
 
 
-def _per_model(ctx: AuditContext, passes: ForwardPasses, name: str, compute) -> tuple:
-    """(unlearned, original, [references]) of ``compute(model)``, the original's and the references' from the
-    run's cache when an earlier audit of the run computed them (parallel jobs)."""
-    models = [passes.unlearned, passes.original, *passes.refs]
-    vals = ctx.cached_many([(None if i == 0 else m, (name,), partial(compute, m)) for i, m in enumerate(models)])
-    return vals[0], vals[1], vals[2:]
-
-
 def _measures(family: str, name: str, u: dict, o: dict, refs: list[dict], note: str = "") -> list[Measure]:
     """One recovery measure per audit data: values (probability, log-odds) per role."""
     return [Measure(family, name, data, None, "two", RECOVERY_UNIT, u[data][0], o[data][0],
@@ -114,13 +109,15 @@ def _measures(family: str, name: str, u: dict, o: dict, refs: list[dict], note: 
                     flag_values=(u[data][1], o[data][1], tuple(r[data][1] for r in refs))) for data in u]
 
 
-def batchnorm_measures(passes: ForwardPasses, ctx: AuditContext) -> tuple[list[Measure], str]:
-    """The BatchNorm recalibration check (module docstring) as measures on the training forget rows and, for
-    class forgetting, the test images of the class; ([], why) when it does not apply."""
+def batchnorm_jobs(passes: ForwardPasses, ctx: AuditContext) -> Pending | str:
+    """The BatchNorm recalibration check (module docstring), one job per model (the original's and the
+    references' values from the run's cache when an earlier audit computed them), finished as measures on the
+    training forget rows and, for class forgetting, the test images of the class; why not, when it does not
+    apply."""
     split, config, device = ctx.split, ctx.config, ctx.device
     models = [passes.unlearned, passes.original, *passes.refs]
     if not batchnorm_layers(passes.unlearned) or not all(batchnorm_layers(m) for m in models):
-        return [], "a model has no BatchNorm layer"
+        return "a model has no BatchNorm layer"
     seed = ctx.audit_seed
     sets = {"train": _capped(split.train_forget, config.resurface_max_forget, seed)}
     if len(split.test_forget) and not ctx.sample_level:
@@ -130,11 +127,13 @@ def batchnorm_measures(passes: ForwardPasses, ctx: AuditContext) -> tuple[list[M
         m = recalibrate_batchnorm(model, split.train_retain, config.bn_samples, config.batch_size, device, seed)
         return {name: _recovery(m, data, config, device) for name, data in sets.items()}
 
-    u, o, refs = _per_model(ctx, passes, "bn_recalibration", attacked)
     note = (f"BatchNorm statistics re-estimated on {min(config.bn_samples, len(split.train_retain))} retained rows; "
             f"mean probability of the true class on " + ", ".join(f"{len(d)} {k}" for k, d in sets.items())
             + " forget rows")
-    return _measures("batchnorm", "BatchNorm re-estimated", u, o, refs, note), ""
+    items = [(None if i == 0 else m, ("bn_recalibration",), partial(attacked, m)) for i, m in enumerate(models)]
+    # in SGD steps of the relearning (scheduling only): about one step's time per 50 rows passed
+    cost = min(config.bn_samples, len(split.train_retain)) / 50.0
+    return Pending(items, lambda v: _measures("batchnorm", "BatchNorm re-estimated", v[0], v[1], v[2:], note), cost)
 
 
 def _forget_features(out: dict, layer: str, test_rows: np.ndarray) -> dict[str, torch.Tensor]:
@@ -149,15 +148,16 @@ def _test_forget_rows(split) -> np.ndarray:
     return split.test_forget.index.numpy() if len(split.test_forget) else np.zeros(0, dtype=np.int64)
 
 
-def head_refit_measures(passes: ForwardPasses, ctx: AuditContext) -> tuple[list[Measure], str]:
-    """The head re-fit check (module docstring) at the penultimate layer, from the forward passes' features."""
+def head_refit_jobs(passes: ForwardPasses, ctx: AuditContext) -> Pending | str:
+    """The head re-fit check (module docstring) at the penultimate layer, from the forward passes' features:
+    one job per model, finished as measures; why not, when it does not apply."""
     split, config, layer = ctx.split, ctx.config, passes.penultimate
     if ctx.sample_level:
-        return [], "sample-level forgetting: no forgotten class to re-fit"
+        return "sample-level forgetting: no forgotten class to re-fit"
     yf = split.train_forget.y.numpy()
     k = config.head_refit_shots
     if any((yf == c).sum() <= k for c in np.unique(yf)):
-        return [], f"a forgotten class has no sample left after {k} shot(s)"
+        return f"a forgotten class has no sample left after {k} shot(s)"
     rng = np.random.RandomState(ctx.audit_seed + 1)
     draws = []
     for _ in range(config.head_refit_draws):
@@ -184,12 +184,12 @@ def head_refit_measures(passes: ForwardPasses, ctx: AuditContext) -> tuple[list[
         return {name: tuple(np.mean(v, axis=0).tolist()) for name, v in sums.items()}
 
     outs = [passes.out_u, passes.out_o, *passes.out_refs]
-    vals = ctx.cached_many([(None if i == 0 else out, ("head_refit", layer), partial(score, out))
-                            for i, out in enumerate(outs)])
     note = (f"an LDA head re-fitted on {layer} (body frozen) from {k} shot(s) of each forgotten class and "
             f"{retain_rows.size} retained rows; mean probability of the class on the other forget rows, over "
             f"{len(draws)} draws")
-    return _measures("heads", "head re-fit", vals[0], vals[1], vals[2:], note), ""
+    return Pending([(None if i == 0 else out, ("head_refit", layer), partial(score, out))
+                    for i, out in enumerate(outs)],
+                   lambda v: _measures("heads", "head re-fit", v[0], v[1], v[2:], note), HEAD_COST)
 
 
 def _head_input(model: nn.Module, layer: str):
@@ -202,16 +202,16 @@ def _head_input(model: nn.Module, layer: str):
     return head if isinstance(head, nn.Linear) and head.bias is not None else None
 
 
-def head_relearn_measures(passes: ForwardPasses, ctx: AuditContext,
-                          plan: RelearnPlan | None) -> tuple[list[Measure], str]:
+def head_relearn_jobs(passes: ForwardPasses, ctx: AuditContext, plan: RelearnPlan | None) -> Pending | str:
     """The head relearning check (module docstring) at the penultimate layer, from the forward passes'
-    features, with the relearning draws' shots."""
+    features, with the relearning draws' shots: one job per model, finished as measures; why not, when it does
+    not apply."""
     layer, split, config = passes.penultimate, ctx.split, ctx.config
     if plan is None:
-        return [], "no relearning draws (sample-level forgetting)"
+        return "no relearning draws (sample-level forgetting)"
     heads = [_head_input(m, layer) for m in (passes.unlearned, passes.original, *passes.refs)]
     if any(h is None for h in heads):
-        return [], f"{layer} is not the input of a linear head with a bias"
+        return f"{layer} is not the input of a linear head with a bias"
     yf, yr = split.train_forget.y, split.train_retain.y
     test_rows = _test_forget_rows(split)
     yt = split.test.y[torch.from_numpy(test_rows)] if test_rows.size else None
@@ -239,12 +239,15 @@ def head_relearn_measures(passes: ForwardPasses, ctx: AuditContext,
         return {key: tuple(np.mean(v, axis=0).tolist()) for key, v in sums.items()}
 
     outs = [passes.out_u, passes.out_o, *passes.out_refs]
-    vals = ctx.cached_many([(None if i == 0 else out, ("head_relearn", layer), partial(attacked, out, h))
-                            for i, (out, h) in enumerate(zip(outs, heads))])
-    measures = []
     note = (f"SGD (lr {config.head_relearn_lr:g}) on the model's own head over {layer}, body frozen, in whitened "
             f"coordinates, from the relearning draws' shots; mean probability of the class on the held-out forget rows")
-    for b in budgets:
-        pick = [{name: v[(name, b)] for name in ("train", "test") if (name, b) in v} for v in vals]
-        measures += _measures("heads", f"head relearning, {b} steps", pick[0], pick[1], pick[2:], note)
-    return measures, ""
+
+    def finish(vals: list) -> list[Measure]:
+        measures = []
+        for b in budgets:
+            pick = [{name: v[(name, b)] for name in ("train", "test") if (name, b) in v} for v in vals]
+            measures += _measures("heads", f"head relearning, {b} steps", pick[0], pick[1], pick[2:], note)
+        return measures
+
+    return Pending([(None if i == 0 else out, ("head_relearn", layer), partial(attacked, out, h))
+                    for i, (out, h) in enumerate(zip(outs, heads))], finish, HEAD_COST)

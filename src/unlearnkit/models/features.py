@@ -89,19 +89,67 @@ def capture(model: nn.Module, layers: Sequence[str], pooled: bool = True, detach
 
 def fast_copy(model: nn.Module, device: torch.device | str) -> nn.Module:
     """The model to run inference with: on the CPU, a copy of a convolutional model with its 4-D weights in
-    channels-last memory order (the same function up to float rounding: oneDNN's convolutions and max pooling run
-    faster on it; small_cnn, one pass of 512 mnist rows, one thread, idle machine: 392 ms in the default order,
-    234 ms in this one, of which max pooling 100 ms against 14 ms); else ``model`` itself (already channels-last,
-    no 4-D weight, another device, or a model that cannot be deep-copied)."""
+    channels-last memory order and every eval-mode BatchNorm2d that directly follows a Conv2d in an
+    ``nn.Sequential`` folded into it (:func:`fold_batchnorm`); the same function up to float rounding. oneDNN's
+    convolutions and max pooling run faster on it: small_cnn, one pass of 512 mnist rows, one thread, idle
+    machine: 392 ms in the default order, 234 ms in this one, of which max pooling 100 ms against 14 ms; with
+    the BatchNorms folded 195 ms against 245-259 ms (2026-12-07, the other core busy). Else ``model`` itself
+    (already channels-last, no 4-D weight, another device, or a model that cannot be deep-copied)."""
     if torch.device(device).type != "cpu":
         return model
     convs = [p for p in model.parameters() if p.dim() == 4]
     if not convs or all(p.is_contiguous(memory_format=torch.channels_last) for p in convs):
         return model
     try:
-        return copy.deepcopy(model).to(memory_format=torch.channels_last)
+        out = copy.deepcopy(model)
     except Exception:  # noqa: BLE001 - a model deepcopy refuses runs as it is, only slower
         return model
+    fold_batchnorm(out)
+    return out.to(memory_format=torch.channels_last)
+
+
+@torch.no_grad()
+def fold_batchnorm(model: nn.Module) -> int:
+    """Fold, in place, every eval-mode ``BatchNorm2d`` with running statistics that comes right after a
+    ``Conv2d`` (groups any; the classes themselves, not subclasses, without hooks) in an ``nn.Sequential`` (one
+    that runs its children in order) into that convolution (weight ``w γ / sqrt(var + eps)``, bias
+    ``(b − mean) γ / sqrt(var + eps) + β``, computed in float64) and replace it by ``nn.Identity``: the same
+    function up to float rounding, one pass over the activations fewer. A pair is left alone when an audit tap
+    reads between the two (the convolution's output or the BatchNorm's input) or when a folded value would not be
+    finite (extreme rescalings). Returns the number of BatchNorms folded."""
+    taps = getattr(model, "unlearnkit_taps", None) or {}
+    tapped = {(t, tap.at) for tap in taps.values() for t in (tap.parts or (tap.module,))}
+    folded = 0
+    for prefix, seq in model.named_modules():
+        if not isinstance(seq, nn.Sequential) or type(seq).forward is not nn.Sequential.forward:
+            continue  # a subclass with its own forward may not run its children in order
+        names = list(seq._modules)
+        for a, b in zip(names, names[1:]):
+            conv, bn = seq._modules[a], seq._modules[b]
+            if not (type(conv) is nn.Conv2d and type(bn) is nn.BatchNorm2d and not bn.training
+                    and bn.running_mean is not None and bn.running_var is not None) or _hooked(conv, bn):
+                continue
+            qual = f"{prefix}.{a}" if prefix else a
+            if (qual, "output") in tapped or ((f"{prefix}.{b}" if prefix else b), "input") in tapped:
+                continue
+            scale = (bn.weight.double() if bn.weight is not None else 1.0) / torch.sqrt(bn.running_var.double()
+                                                                                        + bn.eps)
+            bias = conv.bias.double() if conv.bias is not None else torch.zeros_like(scale)
+            shift = (bias - bn.running_mean.double()) * scale + (bn.bias.double() if bn.bias is not None else 0.0)
+            weight = (conv.weight.double() * scale.reshape(-1, 1, 1, 1)).to(conv.weight.dtype)
+            shift = shift.to(conv.weight.dtype)
+            if not (bool(torch.isfinite(weight).all()) and bool(torch.isfinite(shift).all())):
+                continue
+            fused = copy.deepcopy(conv)
+            fused.weight = nn.Parameter(weight, requires_grad=False)
+            fused.bias = nn.Parameter(shift, requires_grad=False)
+            seq._modules[a], seq._modules[b] = fused, nn.Identity()
+            folded += 1
+    return folded
+
+
+def _hooked(*modules: nn.Module) -> bool:
+    return any(m._forward_hooks or m._forward_pre_hooks for m in modules)
 
 
 @torch.no_grad()
