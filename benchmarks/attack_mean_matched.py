@@ -212,12 +212,12 @@ def run_audit(original, model, refs, split) -> dict:
     return audit_summary(rep)
 
 
-def penultimate(model, split) -> tuple[np.ndarray, np.ndarray]:
-    """Penultimate features of the training rows (forget first) and labels (1 = forget)."""
+def penultimate(model, split, layer: str = "penultimate") -> tuple[np.ndarray, np.ndarray]:
+    """Penultimate (or ``layer``'s) features of the training rows (forget first) and labels (1 = forget)."""
     import unlearnkit as uk
 
-    f = uk.extract(model, split.train_forget, ["penultimate"])["penultimate"].double().numpy()
-    r = uk.extract(model, split.train_retain, ["penultimate"])["penultimate"].double().numpy()
+    f = uk.extract(model, split.train_forget, [layer])[layer].double().numpy()
+    r = uk.extract(model, split.train_retain, [layer])[layer].double().numpy()
     return np.concatenate([f, r]), np.concatenate([np.ones(len(f)), np.zeros(len(r))])
 
 

@@ -61,9 +61,10 @@ def read_json(path: str) -> dict:
         raise SystemExit(2) from None
 
 
-def measure(S, model, split, probe_seeds: list[int]) -> dict:
-    """The ground truth's measures of ``model``: probe loss per probe seed and their mean, relearning curve."""
-    per = [S.gt_probe(model, split, s) for s in probe_seeds]
+def measure(S, model, split, probe_seeds: list[int], layer: str = "penultimate") -> dict:
+    """The ground truth's measures of ``model``: probe loss (at ``layer``) per probe seed and their mean,
+    relearning curve."""
+    per = [S.gt_probe(model, split, s, layer) for s in probe_seeds]
     ok = [p for p in per if p is not None]
     return {"probe_per_seed": per, "probe": float(np.mean(ok)) if len(ok) == len(per) else None,
             "relearn": S.gt_relearn(model, split)}
@@ -98,6 +99,8 @@ def main(argv=None) -> int:
     p.add_argument("--families", default=",".join(FAMILIES))
     p.add_argument("--probe-seeds", default="11,22,33")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--layer", default="penultimate", help="where the ground truth's MLP probe reads (the suite's: "
+                   "penultimate; block3 for hardened_block3, which keeps the class there)")
     p.add_argument("--out", help="where the pool's JSON goes (required unless --score)")
     p.add_argument("--score", nargs="+", metavar="JSON", help="told_apart_level.py runs to score (module docstring)")
     p.add_argument("--pool-json", nargs="+", help="this script's earlier outputs: with --score, the placements "
@@ -133,24 +136,26 @@ def main(argv=None) -> int:
     pool = []
     if a.pool_json:  # the genuine retrains' measures from an earlier run (the same probe seeds)
         earlier = read_json(a.pool_json[0])
-        if len(a.pool_json) > 1 or earlier["args"]["probe_seeds"] != a.probe_seeds or len(earlier["pool"]) != a.pool:
+        if len(a.pool_json) > 1 or earlier["args"]["probe_seeds"] != a.probe_seeds or len(earlier["pool"]) != a.pool \
+                or earlier["args"].get("layer", "penultimate") != a.layer:
             print(f"error: one --pool-json without --score; {a.pool_json[0]} was measured with probe seeds "
-                  f"{earlier['args']['probe_seeds']} and a pool of {len(earlier['pool'])}, not {a.probe_seeds} and "
-                  f"{a.pool}", file=sys.stderr)
+                  f"{earlier['args']['probe_seeds']} and a pool of {len(earlier['pool'])} at "
+                  f"{earlier['args'].get('layer', 'penultimate')}, not {a.probe_seeds} and {a.pool} at {a.layer}",
+                  file=sys.stderr)
             return 2
         pool = earlier["pool"]
     for s in range(100 + len(pool), 100 + a.pool):
-        pool.append({"seed": s, **measure(S, S.model_of("retrain", split, s), split, probe_seeds)})
+        pool.append({"seed": s, **measure(S, S.model_of("retrain", split, s), split, probe_seeds, a.layer)})
         print(f"retrain{s}: probe {pool[-1]['probe']:.4f} relearn {pool[-1]['relearn']}", flush=True)
     yardstick = pool[:12]
     rows = []
     for seed in [int(s) for s in a.seeds.split(",")]:
         original = S.model_of("original", split, seed)
         attacker = S.model_of("retrain", split, 1000 + seed)
-        orig = measure(S, original, split, probe_seeds)
+        orig = measure(S, original, split, probe_seeds, a.layer)
         for family in families:
             m, _ = S.cached_attack(family, original, attacker, split, seed, Path(S.DEFAULT_CACHE))
-            gt = measure(S, m, split, probe_seeds)
+            gt = measure(S, m, split, probe_seeds, a.layer)
             row = {"seed": seed, "family": family, **gt, **placement(gt, pool, yardstick, S),
                    "kept_share": S.kept_share(gt["probe"], orig["probe"], pool)}
             rows.append(row)
