@@ -123,6 +123,12 @@ def main(argv=None) -> int:
     if unknown or a.pool < 12:
         print(f"error: unknown families {unknown} or --pool {a.pool} below the suite's 12", file=sys.stderr)
         return 2
+    from unlearnkit.models.zoo import small_cnn
+
+    layers = list(small_cnn(10).unlearnkit_taps)  # the suite's model (attack_suite.MODEL)
+    if a.layer not in layers:
+        print(f"error: --layer '{a.layer}' is not one of small_cnn's audit layers {layers}", file=sys.stderr)
+        return 2
     import torch
 
     from unlearnkit import ForgetSpec, load_dataset, make_split

@@ -13,6 +13,7 @@ from typing import Iterator, Sequence
 
 import torch
 from torch import Tensor, nn
+from torch.nn.utils.fusion import fuse_conv_bn_weights
 
 from .zoo import Tap, taps_of
 
@@ -112,8 +113,9 @@ def fast_copy(model: nn.Module, device: torch.device | str) -> nn.Module:
 def fold_batchnorm(model: nn.Module) -> int:
     """Fold, in place, every eval-mode ``BatchNorm2d`` with running statistics that comes right after a
     ``Conv2d`` (groups any; the classes themselves, not subclasses, without hooks) in an ``nn.Sequential`` (one
-    that runs its children in order) into that convolution (weight ``w γ / sqrt(var + eps)``, bias
-    ``(b − mean) γ / sqrt(var + eps) + β``, computed in float64) and replace it by ``nn.Identity``: the same
+    that runs its children in order) into that convolution (torch's ``fuse_conv_bn_weights``: weight
+    ``w γ / sqrt(var + eps)``, bias ``(b − mean) γ / sqrt(var + eps) + β``, on float64 copies, then cast back) and
+    replace it by ``nn.Identity``: the same
     function up to float rounding, one pass over the activations fewer. A pair is left alone when an audit tap
     reads between the two (the convolution's output or the BatchNorm's input) or when a folded value would not be
     finite (extreme rescalings). Returns the number of BatchNorms folded."""
@@ -132,12 +134,9 @@ def fold_batchnorm(model: nn.Module) -> int:
             qual = f"{prefix}.{a}" if prefix else a
             if (qual, "output") in tapped or ((f"{prefix}.{b}" if prefix else b), "input") in tapped:
                 continue
-            scale = (bn.weight.double() if bn.weight is not None else 1.0) / torch.sqrt(bn.running_var.double()
-                                                                                        + bn.eps)
-            bias = conv.bias.double() if conv.bias is not None else torch.zeros_like(scale)
-            shift = (bias - bn.running_mean.double()) * scale + (bn.bias.double() if bn.bias is not None else 0.0)
-            weight = (conv.weight.double() * scale.reshape(-1, 1, 1, 1)).to(conv.weight.dtype)
-            shift = shift.to(conv.weight.dtype)
+            weight, shift = fuse_conv_bn_weights(_f64(conv.weight), _f64(conv.bias), _f64(bn.running_mean),
+                                                 _f64(bn.running_var), bn.eps, _f64(bn.weight), _f64(bn.bias))
+            weight, shift = weight.detach().to(conv.weight.dtype), shift.detach().to(conv.weight.dtype)
             if not (bool(torch.isfinite(weight).all()) and bool(torch.isfinite(shift).all())):
                 continue
             fused = copy.deepcopy(conv)
@@ -146,6 +145,10 @@ def fold_batchnorm(model: nn.Module) -> int:
             seq._modules[a], seq._modules[b] = fused, nn.Identity()
             folded += 1
     return folded
+
+
+def _f64(t: Tensor | None) -> Tensor | None:
+    return None if t is None else t.detach().double()
 
 
 def _hooked(*modules: nn.Module) -> bool:
