@@ -50,7 +50,8 @@ from .config import BUDGET, AuditConfig
 from .context import AuditContext, ForwardPasses
 from .data import AuditData, audit_data, choose
 from .idi import idi_check
-from .integrity import check_identities, check_predictions, provenance
+from .integrity import check_identities, check_predictions, provenance, scope_evidence
+from .integrity import scope as reference_scope
 from .joint import joint_deviation
 from .layers import LayerResult, assign_margins, measure_data, representation_measures
 from .memo import AuditCache
@@ -156,8 +157,11 @@ def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: S
                             reference_forget_acc=[o["forget_acc"] for o in outs.per_reference],
                             joint=joint_deviation(checks, config.joint_level))
     decision = decide(measured)
+    prov = provenance(shas, references)
+    chosen = reference_scope(prov)
+    evidence = decision.evidence + scope_evidence(decision.verdict, chosen)
     return AuditReport(
-        verdict=decision.verdict, evidence=decision.evidence, rests_on=rests_on, rests_on_reason=reason,
+        verdict=decision.verdict, evidence=evidence, rests_on=rests_on, rests_on_reason=reason,
         output_test=membership, utility=utility,
         n_forget_needed=decision.n_forget_needed, layers=results,
         audit_data={k: d.summary() for k, d in datas.items()},
@@ -166,7 +170,7 @@ def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: S
         config=config, sample_level=ctx.sample_level, penultimate=passes.penultimate,
         embedding=plot_sample(datas[rests_on], passes, config),
         transmitted=transmitted_diagnostics(unlearned, results, measured, rests_on), checks=tuple(checks),
-        timing=clock.timing(), task=_task(passes, ctx), references=provenance(shas, references),
+        timing=clock.timing(), task=_task(passes, ctx), references=prov, references_scope=chosen,
         references_needed=decision.references_needed, joint=measured.joint)
 
 

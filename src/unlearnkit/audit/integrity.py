@@ -16,7 +16,13 @@ for another class, was accepted with a warning). Refused, each with one line nam
   every interval of the verdict, which certifies less, not more.
 
 :func:`provenance` records, per reference, its sha256 and whatever its caller knows (seed, recipe, the cache
-entry, whether unlearnkit trained it or the user supplied it) for audit.json and the report.
+entry, whether unlearnkit trained it or the user supplied it) for audit.json and the report; :func:`scope` says
+whether the auditor drew them (every one trained by the audit with a seed drawn from its audit seed) or they were
+given (files, a run's seeds, the Python API's models). A certificate against given references holds against the
+party audited only if it did not choose them: one that picks 5 of its 8 genuine retrains can choose the five that
+certify a model which keeps the class (``benchmarks/reference_choice.py``; docs/audit.md, "References are
+evidence"). No test on the references' values tells such a choice apart (each chosen one is a genuine retrain);
+only the auditor's drawing them does.
 
 [INFERRED] No reference code.
 """
@@ -104,6 +110,32 @@ def provenance(shas: list[str], given: list[dict] | None) -> list[dict]:
         rec.update({k: v for k, v in (extra or {}).items() if v is not None})
         out.append(rec)
     return out
+
+
+#: the provenance key that says the audit trained the reference with a seed drawn from its audit seed
+DRAWN = "drawn_from_audit_seed"
+
+
+def scope(references: list[dict]) -> dict:
+    """Who chose the references (module docstring): ``{"drawn": bool, "note": str}``; drawn when every reference's
+    provenance carries :data:`DRAWN` (``audit --train-references``), given otherwise."""
+    drawn = bool(references) and all(r.get(DRAWN) is True for r in references)
+    if drawn:
+        note = ("every reference was trained by the audit with a seed drawn from its audit seed: the party audited "
+                "could not choose them")
+    else:
+        n = sum(r.get(DRAWN) is not True for r in references)
+        note = (f"{n} of {len(references)} references were given (files, a run's seeds or the Python API's models), "
+                f"not drawn by the audit: a certificate holds against the party audited only if it did not choose "
+                f"them (a party that picks 5 of its own 8 genuine retrains can pick five that certify a model which "
+                f"keeps the class; audit --train-references K draws them)")
+    return {"drawn": drawn, "note": note}
+
+
+def scope_evidence(verdict: str, chosen: dict) -> list[str]:
+    """The evidence line an ``erased`` verdict carries when the references were given (:func:`scope`); none for
+    another verdict (a flag needs no trust in who chose the references: they are genuine retrains either way)."""
+    return [f"references: {chosen['note']}"] if verdict == "erased" and not chosen.get("drawn") else []
 
 
 def reference_seeds(audit_seed: int, k: int, avoid=()) -> list[int]:

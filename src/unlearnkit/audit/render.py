@@ -118,7 +118,7 @@ def audit_markdown(report: AuditReport) -> str:
     if relearning_rows(d):
         lines += ["", "## Relearning (accuracy, reported)", ""] + markdown_table(*relearning_rows(d))
     if reference_rows(d):
-        lines += ["", "## References", ""] + markdown_table(*reference_rows(d))
+        lines += ["", "## References", ""] + markdown_table(*reference_rows(d)) + _scope_lines(d)
     for name, ad in d["audit_data"].items():
         lines += ["", f"## Layers, {name} data (reported)", "",
                   f"{ad['protocol']}: {ad['n_forget']} forget / {ad['n_retain']} retained samples.", ""]
@@ -304,7 +304,8 @@ def audit_html(report: AuditReport) -> str:
         "none told apart from the references, one statistic at a time or all together (the joint row).</p>",
         ("<h2>What the verdict reads</h2>" + html_table(*check_rows(d))) if check_rows(d) else "",
         ("<h2>Relearning (accuracy, reported)</h2>" + html_table(*relearning_rows(d))) if relearning_rows(d) else "",
-        ("<h2>References</h2>" + html_table(*reference_rows(d))) if reference_rows(d) else "",
+        ("<h2>References</h2>" + html_table(*reference_rows(d))
+         + "".join(f"<p>{html.escape(x)}</p>" for x in _scope_lines(d) if x)) if reference_rows(d) else "",
         f"<img alt='layer-wise delta AUROC' src='data:image/png;base64,{figs['delta_auroc']}'>",
         f"<img alt='CKA per layer' src='data:image/png;base64,{figs['cka']}'>",
     ]
@@ -333,3 +334,9 @@ def write_audit(report: AuditReport, out_dir: str | Path) -> dict[str, Path]:
     atomic_write_text(paths["md"], audit_markdown(report))
     atomic_write_text(paths["html"], audit_html(report))
     return paths
+
+
+def _scope_lines(d: dict) -> list[str]:
+    """Who chose the references (:func:`unlearnkit.audit.integrity.scope`), as lines under their table."""
+    note = (d.get("references_scope") or {}).get("note")
+    return ["", note] if note else []

@@ -126,6 +126,7 @@ class AuditReport:
     transmitted: dict = field(default_factory=dict)  # VFL models: audit/vfl.py
     checks: tuple = ()  # checks.Check: every deciding statistic, judged (kept fraction, flag, Holm p-value)
     references: list = field(default_factory=list)  # integrity.provenance: each reference's sha256 and source
+    references_scope: dict = field(default_factory=dict)  # integrity.scope: drawn by the audit, or given
     references_needed: int | None = None  # inconclusive: references that would decide, if the values stayed
     output_test: Any = None  # metrics.output_test.OutputTest: the output membership test (None: no forget rows)
     utility: dict = field(default_factory=dict)  # core.utility_loss: the utility axis
@@ -167,6 +168,7 @@ class AuditReport:
             "audit_seed": self.config.audit_seed,
             "references_needed": self.references_needed,
             "references": self.references,
+            "references_scope": self.references_scope or None,
             "checks": {"items": [c.to_dict() for c in self.checks], "size": len(self.checks),
                        "kept_margin": self.config.kept_margin, "correction": "holm within each family",
                        "alpha": 1.0 - self.config.confidence, "told_apart_level": self.config.told_apart_level,

@@ -269,7 +269,7 @@ def trained_references(original: Path, k: int, audit_seed: int, split, *, device
     """``k`` references trained here (or found in the model cache): retrains of the original's recipe, model and
     runtime (read from its unlearnkit checkpoint) on ``split`` without the forget set, with seeds drawn from the
     audit seed (:func:`unlearnkit.audit.integrity.reference_seeds`); the models and their provenance."""
-    from ..audit.integrity import reference_seeds
+    from ..audit.integrity import DRAWN, reference_seeds
     from ..checkpoints import read_checkpoint
     from ..loop import Recipe
     from ..runtime import Runtime
@@ -300,7 +300,7 @@ def trained_references(original: Path, k: int, audit_seed: int, split, *, device
                             device=device, runtime=Runtime(amp=key.get("amp", "off")))
     return [r.model for r in refs], [
         {"source": "unlearnkit (audit --train-references: seed drawn from the audit seed)", "seed": s,
-         "recipe": recipe.to_dict(), "split_hash": split.split_hash}
+         "recipe": recipe.to_dict(), "split_hash": split.split_hash, DRAWN: True}
         for s in seeds]
 
 

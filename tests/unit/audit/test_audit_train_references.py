@@ -8,7 +8,7 @@ import torch
 from typer.testing import CliRunner
 
 from unlearnkit import load_checkpoint, save_checkpoint
-from unlearnkit.audit.integrity import reference_seeds
+from unlearnkit.audit.integrity import DRAWN, reference_seeds, scope, scope_evidence
 from unlearnkit.cli import app
 
 
@@ -20,6 +20,20 @@ def test_reference_seeds_come_from_the_audit_seed_and_avoid_given_ones():
     assert set(a).isdisjoint(reference_seeds(124, 16))  # another audit seed, other references
     assert set(a).isdisjoint(range(0, 64))  # not the docs' or a run's seeds
     assert reference_seeds(123, 3, avoid=a[:2])[:1] == [a[2]]
+
+
+def test_the_scope_says_drawn_only_when_the_audit_drew_every_reference():
+    drawn = {"source": "unlearnkit (audit --train-references: seed drawn from the audit seed)", DRAWN: True}
+    assert scope([drawn, drawn]) == {"drawn": True, "note": scope([drawn])["note"]}
+    for given in ([drawn, {"source": "user"}], [{"source": "unlearnkit run", "seed": 1}], [],
+                  [{DRAWN: "yes"}]):  # a file, a run's guessable seeds, none, or a key that is not True
+        got = scope(given)
+        assert got["drawn"] is False
+        assert f"{sum(r.get(DRAWN) is not True for r in given)} of {len(given)} references were given" in got["note"]
+        assert "--train-references" in got["note"]
+        assert scope_evidence("erased", got) == [f"references: {got['note']}"]
+        assert scope_evidence("suppressed", got) == [] and scope_evidence("inconclusive", got) == []
+    assert scope_evidence("erased", scope([drawn])) == []
 
 
 @pytest.fixture()
@@ -56,6 +70,7 @@ def test_trained_references_have_the_originals_recipe_seeds_from_the_audit_seed_
     assert [r["seed"] for r in refs] == reference_seeds(123, 2)
     assert all(r["source"].startswith("unlearnkit (audit --train-references") for r in refs)
     assert all(r["recipe"]["epochs"] == 2 for r in refs)  # the original's recipe, not the default's 20 epochs
+    assert d["references_scope"]["drawn"] is True  # the audit drew every reference: the party could not choose
     again = _audit(o, u, tmp_path / "b", "--train-references", "2", "--audit-seed", "123")
     assert again.exit_code == 0, again.output
     assert [r["sha256"] for r in json.loads((tmp_path / "b" / "audit.json").read_text())["references"]] == \
