@@ -73,3 +73,18 @@ def test_bad_arguments_are_one_error_line_before_any_work(bench, argv, message, 
     assert e.value.code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out.json").exists()
+
+
+def test_the_auditor_adds_references_drawn_from_those_the_party_did_not_pick_from(bench, tmp_path, monkeypatch):
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"rows": [_row("hardened", 2.0)]}))
+    seen = []
+    monkeypatch.setattr(bench.combined_rule, "erased_under",
+                        lambda row, *a: seen.append(tuple(row["measures"][1]["references"])) or False)
+    got = bench.run([str(run)], 3, 5, None, None, add_drawn=2)
+    assert got["counts"]["keeper"]["choices"] == math.comb(5, 3) == len(seen)
+    drawn = {r[3:] for r in seen}
+    assert len(drawn) == 1 and set(next(iter(drawn))) <= set(REFS[5:])  # one draw per audit, from the rest
+    assert all(set(r[:3]) <= set(REFS[:5]) for r in seen)
+    assert bench.run([str(run)], 3, 5, None, None, add_drawn=2, k=16)["counts"]["keeper"]["audits"] == 0
+    assert bench.run([str(run)], 3, 5, None, None, add_drawn=4)["counts"]["keeper"]["audits"] == 0  # 8 < 5 + 4

@@ -117,19 +117,20 @@ DRAWN = "drawn_from_audit_seed"
 
 
 def scope(references: list[dict]) -> dict:
-    """Who chose the references (module docstring): ``{"drawn": bool, "note": str}``; drawn when every reference's
-    provenance carries :data:`DRAWN` (``audit --train-references``), given otherwise."""
-    drawn = bool(references) and all(r.get(DRAWN) is True for r in references)
+    """Who chose the references (module docstring): ``{"drawn": bool, "drawn_count": int, "note": str}``; drawn
+    when every reference's provenance carries :data:`DRAWN` (``audit --train-references``), given otherwise."""
+    n_drawn = sum(r.get(DRAWN) is True for r in references)
+    drawn = bool(references) and n_drawn == len(references)
     if drawn:
         note = ("every reference was trained by the audit with a seed drawn from its audit seed: the party audited "
                 "could not choose them")
     else:
-        n = sum(r.get(DRAWN) is not True for r in references)
-        note = (f"{n} of {len(references)} references were given (files, a run's seeds or the Python API's models), "
-                f"not drawn by the audit: a certificate holds against the party audited only if it did not choose "
-                f"them (a party that picks 5 of its own 8 genuine retrains can pick five that certify a model which "
-                f"keeps the class; audit --train-references K draws them)")
-    return {"drawn": drawn, "note": note}
+        note = (f"{len(references) - n_drawn} of {len(references)} references were given (files, a run's seeds or "
+                f"the Python API's models), not drawn by the audit: a certificate holds against the party audited "
+                f"only if it did not choose them (a party that picked 5 of its own 8 or 16 genuine retrains got "
+                f"models that keep the class certified on digits; 3 drawn by the audit beside its 5 stopped that, 0 "
+                f"of 50); audit --train-references K draws them")
+    return {"drawn": drawn, "drawn_count": n_drawn, "note": note}
 
 
 def scope_evidence(verdict: str, chosen: dict) -> list[str]:

@@ -24,7 +24,8 @@ def test_reference_seeds_come_from_the_audit_seed_and_avoid_given_ones():
 
 def test_the_scope_says_drawn_only_when_the_audit_drew_every_reference():
     drawn = {"source": "unlearnkit (audit --train-references: seed drawn from the audit seed)", DRAWN: True}
-    assert scope([drawn, drawn]) == {"drawn": True, "note": scope([drawn])["note"]}
+    assert scope([drawn, drawn]) == {"drawn": True, "drawn_count": 2, "note": scope([drawn])["note"]}
+    assert scope([drawn, {"source": "user"}])["drawn_count"] == 1
     for given in ([drawn, {"source": "user"}], [{"source": "unlearnkit run", "seed": 1}], [],
                   [{DRAWN: "yes"}]):  # a file, a run's guessable seeds, none, or a key that is not True
         got = scope(given)
