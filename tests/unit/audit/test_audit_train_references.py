@@ -72,6 +72,8 @@ def test_trained_references_have_the_originals_recipe_seeds_from_the_audit_seed_
     assert all(r["source"].startswith("unlearnkit (audit --train-references") for r in refs)
     assert all(r["recipe"]["epochs"] == 2 for r in refs)  # the original's recipe, not the default's 20 epochs
     assert d["references_scope"]["drawn"] is True  # the audit drew every reference: the party could not choose
+    assert d["references_scope"]["note"] in (tmp_path / "a" / "audit.md").read_text()  # under the references' table
+    assert d["references_scope"]["note"] in (tmp_path / "a" / "audit.html").read_text()
     again = _audit(o, u, tmp_path / "b", "--train-references", "2", "--audit-seed", "123")
     assert again.exit_code == 0, again.output
     assert [r["sha256"] for r in json.loads((tmp_path / "b" / "audit.json").read_text())["references"]] == \
