@@ -133,3 +133,25 @@ def test_the_suites_rescaled_copies_are_exact_in_float32(suite):
         if "scale" in tag or tag == "compose":
             other = canonicalize(copy)[0].state_dict()
             assert all(torch.equal(canonical[k], other[k]) for k in canonical), tag
+
+
+@pytest.mark.parametrize("utility, rises", [(0.01, True), (1e6, False), (None, False)])
+def test_the_util_families_raise_the_retained_cross_entropys_weight_while_it_is_above_the_constraint(
+        suite, utility, rises):
+    """Dual ascent (the ``_util`` families): an untrained model's retained cross-entropy (about 2.3) is above a
+    constraint of 0.01, so its weight rises from 1 (to at most 100); above it or without one, it stays 1."""
+    import torch
+
+    import unlearnkit as uk
+    from unlearnkit.models.zoo import create_model
+
+    split = uk.make_split(uk.load_dataset("digits"), uk.ForgetSpec(classes=(3,)))
+    torch.manual_seed(0)
+    ds = split.dataset
+    model = create_model("small_cnn", ds.num_classes, ds.in_channels, ds.image_size).eval()
+    attack = suite.Attack(model, model, split, seed=0, match=False, keep=None, harden=False, epochs=1,
+                          utility=utility, log=lambda text: None)
+    attack.opt = attack._optimizer()
+    attack._epoch(0)
+    assert (1.0 < attack.ce_weight <= 100.0) if rises else attack.ce_weight == 1.0
+    assert "hardened_tight_util" in suite.FAMILIES and "hardened_joint_util" in suite.FAMILIES
