@@ -172,7 +172,7 @@ def simulate(trials: int, seed: int = 0) -> list[str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="*", help="told_apart_level.py --measures outputs")
-    pools = ("", "_tighter_s012", "_tighter_s345", "_joint", "_marginal")
+    pools = ("", "_tighter_s012", "_tighter_s345", "_joint", "_marginal", "_block3", "_util")
     ap.add_argument("--pool-json", nargs="+",
                     default=[str(HERE / "results" / f"gt_pool_digits{x}.json") for x in pools])
     ap.add_argument("--suite-ground-truth", action="store_true",
