@@ -46,6 +46,9 @@ HERE = Path(__file__).resolve().parent
 RULES = {"per-statistic 0.2": (0.2, False, Z_POWER), "per-statistic 0.05": (0.05, False, Z_POWER),
          "0.05 + joint, Gaussian": (0.05, True, Z_POWER), "0.05 + joint, Student t (the default)": (0.05, True, None)}
 OUT = {"forget_acc": 0.0, "retain_acc": 99.0, "test_retain_acc": 98.0}
+#: the digits ground-truth pools (``gt_pool.py`` outputs) every family of the suite is placed in
+POOLS = [str(HERE / "results" / f"gt_pool_digits{x}.json")
+         for x in ("", "_tighter_s012", "_tighter_s345", "_joint", "_marginal", "_block3", "_util")]
 
 
 def load(path: str) -> dict:
@@ -172,9 +175,7 @@ def simulate(trials: int, seed: int = 0) -> list[str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="*", help="told_apart_level.py --measures outputs")
-    pools = ("", "_tighter_s012", "_tighter_s345", "_joint", "_marginal", "_block3", "_util")
-    ap.add_argument("--pool-json", nargs="+",
-                    default=[str(HERE / "results" / f"gt_pool_digits{x}.json") for x in pools])
+    ap.add_argument("--pool-json", nargs="+", default=POOLS)
     ap.add_argument("--suite-ground-truth", action="store_true",
                     help="keepers by each row's own ground truth (keeps_class), not a pool (mnist5k)")
     ap.add_argument("--simulate", action="store_true")

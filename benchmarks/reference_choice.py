@@ -137,8 +137,7 @@ def main(argv=None) -> int:
     ap.add_argument("--k", type=int, default=None, help="only the audits of exactly this many references")
     ap.add_argument("--add-drawn", type=int, default=0,
                     help="the auditor adds this many references drawn from those the party did not pick from")
-    ap.add_argument("--pool-json", nargs="+", default=[str(HERE / "results" / f"gt_pool_digits{x}.json") for x in (
-        "", "_tighter_s012", "_tighter_s345", "_joint", "_marginal", "_block3", "_util")])
+    ap.add_argument("--pool-json", nargs="+", default=combined_rule.POOLS)
     ap.add_argument("--suite-ground-truth", action="store_true",
                     help="keepers by each row's own ground truth (keeps_class), not a pool (mnist5k)")
     ap.add_argument("--out", default=None, help="write the result as JSON (atomically)")

@@ -65,6 +65,8 @@ def test_a_party_that_picks_gets_a_model_certified_that_the_eight_tell_apart(ben
     (["--pick", "8", "--of", "8"], "--pick must be at least 2 and below --of"),
     (["--pick", "1"], "--pick must be at least 2"),
     (["--max-choices", "0"], "--max-choices must be at least 1"),
+    (["--pick", "5", "--of", "8", "--add-drawn", "2", "--k", "9"], "--k must be at least --of + --add-drawn (10)"),
+    (["--add-drawn", "-1"], "--add-drawn must be at least 0"),
     (["--pick", "5"], "no such run"),
 ])
 def test_bad_arguments_are_one_error_line_before_any_work(bench, argv, message, capsys, tmp_path):
