@@ -16,7 +16,12 @@ computed from the same measures (:func:`unlearnkit.audit.joint.joint_deviation`)
   0.05, with the testability requirement's Gaussian 2.576 (every rule above reads it too);
 * ``0.05 + joint, Student t (the default)``: this release's: the same, but a statistic must be certified only where
   a genuine retrain t_{K−1, 0.995} prediction standard deviations out would be (testable); the flags, the
-  told-apart tests and the joint test read every statistic the Gaussian requirement admits (informative).
+  told-apart tests and the joint test read every statistic the Gaussian requirement admits (informative);
+* ``the default + directional 0.05 (not adopted)``: the default, and the model also told apart when the *mean* of
+  its joint z's (signed: towards the original) lies above the references' own means' Student-t prediction bound
+  at 0.05 (a Stouffer-like sum, more powerful than the mean square against a model a little beyond the references
+  on most statistics in one direction). Tried on 2026-12-07 against ``hardened_centre_canon``'s keeper; it did not
+  stop it (docs/audit.md).
 
 Output-level verdicts (``collapsed``, ``not_forgotten``) are taken from the audit as run (no rule here moves
 them); everything after them is decided again. Keepers are the pool's (``gt_pool.pool_keeper``: below every one
@@ -42,13 +47,17 @@ import numpy as np
 from unlearnkit.metrics.equivalence import Z_POWER
 
 HERE = Path(__file__).resolve().parent
-#: rule: (told_apart_level, the joint test, the testability requirement's z: None = Student t, the default)
-RULES = {"per-statistic 0.2": (0.2, False, Z_POWER), "per-statistic 0.05": (0.05, False, Z_POWER),
-         "0.05 + joint, Gaussian": (0.05, True, Z_POWER), "0.05 + joint, Student t (the default)": (0.05, True, None)}
+#: rule: (told_apart_level, the joint test, the testability requirement's z: None = Student t, the default, the
+#: directional test beside the joint one)
+RULES = {"per-statistic 0.2": (0.2, False, Z_POWER, False), "per-statistic 0.05": (0.05, False, Z_POWER, False),
+         "0.05 + joint, Gaussian": (0.05, True, Z_POWER, False),
+         "0.05 + joint, Student t (the default)": (0.05, True, None, False),
+         "the default + directional 0.05 (not adopted)": (0.05, True, None, True)}
 OUT = {"forget_acc": 0.0, "retain_acc": 99.0, "test_retain_acc": 98.0}
 #: the digits ground-truth pools (``gt_pool.py`` outputs) every family of the suite is placed in
 POOLS = [str(HERE / "results" / f"gt_pool_digits{x}.json")
-         for x in ("", "_tighter_s012", "_tighter_s345", "_joint", "_marginal", "_block3", "_util")]
+         for x in ("", "_tighter_s012", "_tighter_s345", "_joint", "_marginal", "_block3", "_util", "_centre",
+                   "_centre_canon")]
 
 
 def load(path: str) -> dict:
@@ -75,16 +84,17 @@ def measures_of(row: dict):
     return out
 
 
-def erased_under(row: dict, level: float, joint: bool, z_power: float | None = None) -> bool:
+def erased_under(row: dict, level: float, joint: bool, z_power: float | None = None,
+                 directional: bool = False) -> bool:
     """Whether the audit of ``row`` reads `erased` under a rule (module docstring; ``z_power``: the testability
-    requirement, None for the default)."""
+    requirement, None for the default; ``directional``: the directional test too)."""
     from unittest import mock
 
     from unlearnkit.audit import AuditConfig
     from unlearnkit.audit import checks as checks_module
-    from unlearnkit.audit.joint import joint_deviation
+    from unlearnkit.audit.joint import beyond_references, joint_deviation, joint_values
     from unlearnkit.audit.verdict import decide, measurements
-    from unlearnkit.metrics.equivalence import judge
+    from unlearnkit.metrics.equivalence import joint_z, judge
 
     if row["verdict"] in ("collapsed", "not_forgotten"):
         return False
@@ -94,7 +104,10 @@ def erased_under(row: dict, level: float, joint: bool, z_power: float | None = N
     m = measurements(outputs_unlearned=OUT, outputs_retrained=OUT, checks=checks, n_forget={"train": 100},
                      sample_level=False, n_train_forget=100, n_refs=len(checks[0].measure.references), config=cfg,
                      joint=joint_deviation(checks, cfg.joint_level) if joint else None)
-    return decide(m).verdict == "erased"
+    if decide(m).verdict != "erased":
+        return False
+    got = joint_values(checks) if directional else None
+    return got is None or beyond_references(joint_z(*got).mean(axis=0)) >= cfg.joint_level
 
 
 def exact(k: int, n: int) -> str:
@@ -124,9 +137,9 @@ def table(runs: list[str], pools: list[str]) -> list[str]:
                 raise SystemExit(f"error: seed {row['seed']} {row['model']} is in no --pool-json")
             else:
                 kind = "keeper" if keeper[(row["seed"], row["model"])] else "other"
-            for rule, (level, joint, z) in RULES.items():
+            for rule, (level, joint, z, directional) in RULES.items():
                 c = counts.setdefault((row["k"], rule, kind), [0, 0])
-                c[0] += erased_under(row, level, joint, z)
+                c[0] += erased_under(row, level, joint, z, directional)
                 c[1] += 1
     lines = ["| K | rule | pool keepers' audits `erased` | other attacked models' | genuine retrains' |",
              "|---|---|---|---|---|"]

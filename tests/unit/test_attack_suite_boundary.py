@@ -155,3 +155,69 @@ def test_the_util_families_raise_the_retained_cross_entropys_weight_while_it_is_
     attack._epoch(0)
     assert (1.0 < attack.ce_weight <= 100.0) if rises else attack.ce_weight == 1.0
     assert "hardened_tight_util" in suite.FAMILIES and "hardened_joint_util" in suite.FAMILIES
+
+
+def _two_untrained_models():
+    """The digits split (class 3) and two untrained small CNNs of it (seeded)."""
+    import torch
+
+    import unlearnkit as uk
+    from unlearnkit.models.zoo import create_model
+
+    split = uk.make_split(uk.load_dataset("digits"), uk.ForgetSpec(classes=(3,)))
+    ds = split.dataset
+    torch.manual_seed(0)
+    a, b = (create_model("small_cnn", ds.num_classes, ds.in_channels, ds.image_size).eval() for _ in range(2))
+    return split, a, b
+
+def test_the_centre_families_match_the_mean_of_their_teachers_statistics(suite, monkeypatch):
+    """``hardened_centre``: with several teachers, each matched statistic's target is the mean of the teachers'
+    values (here each statistic stubbed as the forget rows' mean feature, so the target is (1 + 3) / 2 = 2), and the
+    teachers' cached outputs are what a forward pass of the same rows gives."""
+    import torch
+
+    split, a, b = _two_untrained_models()
+    attack = suite.Attack(a, a, split, seed=0, match=True, keep=None, harden=False, epochs=1, more_teachers=(b,),
+                          log=lambda text: None)
+    fb, rb = torch.tensor([0, 5, 7]), torch.tensor([1, 2, 40, 41])
+    got = attack._teacher_out(fb, rb)
+    assert len(got) == 2
+    logits, feats = suite._pooled(b, attack.layers, torch.cat([attack.xf[fb], attack.xr[rb]]))
+    assert torch.allclose(got[1][0], logits, atol=1e-5)
+    assert all(torch.allclose(got[1][1][k], feats[k], atol=1e-5) for k in attack.layers)
+
+    monkeypatch.setattr(suite, "_log_mahalanobis", lambda f, r, **kw: f.mean())
+    monkeypatch.setattr(suite, "_log_kfd", lambda f, r, kernel, g, **kw: f.mean())
+    nf = 2
+
+    def feats_of(value):
+        return {k: torch.cat([torch.full((nf, 3), value), torch.zeros(4, 3)]) for k in attack.layers}
+
+    teachers = [feats_of(1.0), feats_of(3.0)]
+    n_stats = 3 * len(attack.layers)  # the separability and two kernel probes per layer
+    assert float(attack._matching(feats_of(2.0), teachers, nf)) == pytest.approx(0.0)
+    assert float(attack._matching(feats_of(0.0), teachers, nf)) == pytest.approx(4.0 * n_stats)
+    assert float(attack._matching(feats_of(0.0), teachers[:1], nf)) == pytest.approx(1.0 * n_stats)
+    assert {"hardened_centre", "hardened_centre_keep3"} <= set(suite.FAMILIES)
+
+
+def test_canonical_targets_relearn_the_teachers_canonical_copies(suite):
+    """``hardened_centre_canon``: the relearning targets come from the teachers' canonical copies (the same function,
+    other weights: what the audit relearns); without the option, from the teachers themselves."""
+    import torch
+
+    split, a, b = _two_untrained_models()
+    plain = suite.Attack(a, a, split, seed=0, match=False, keep=None, harden=True, epochs=1, more_teachers=(b,),
+                         log=lambda text: None)
+    assert plain.relearn_teachers == (a, b)
+    canon = suite.Attack(a, a, split, seed=0, match=False, keep=None, harden=True, epochs=1, more_teachers=(b,),
+                         canonical_targets=True, log=lambda text: None)
+    x = canon.xf[:16]
+    for teacher, copy_ in zip((a, b), canon.relearn_teachers):
+        assert copy_ is not teacher
+        with torch.no_grad():
+            assert torch.allclose(copy_(x), teacher(x), atol=1e-4)
+        conv = next(m for m in copy_.modules() if isinstance(m, torch.nn.Conv2d))
+        assert not torch.allclose(conv.weight, next(m for m in teacher.modules()
+                                                    if isinstance(m, torch.nn.Conv2d)).weight)
+    assert "hardened_centre_canon" in suite.FAMILIES

@@ -76,3 +76,15 @@ def test_the_student_t_testability_requires_fewer_statistics_of_a_genuine_retrai
                                         13.0 * sd, REFS))
     assert not bench.erased_under(row, 0.05, joint=True, z_power=bench.Z_POWER)
     assert bench.erased_under(row, 0.05, joint=True)
+
+
+def test_the_directional_variant_tells_apart_a_small_shift_the_mean_square_does_not(bench):
+    """A model half to one reference sd above the references on all ten statistics: the joint test's mean square
+    lets it through, the mean of the signed z's (every statistic towards the original) does not; a genuine retrain
+    at their centre passes both."""
+    for shift in (0.5, 1.0):
+        row = _row(0, "hardened", shift)
+        assert bench.erased_under(row, 0.05, joint=True)
+        assert not bench.erased_under(row, 0.05, joint=True, directional=True)
+    assert bench.erased_under(_row(0, "retrain100", 0.0), 0.05, joint=True, directional=True)
+    assert "the default + directional 0.05 (not adopted)" in bench.RULES

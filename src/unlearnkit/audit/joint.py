@@ -69,10 +69,11 @@ class Joint:
                              f"(z clipped to +-{CLIP:g}; z+ on a recovery)"}
 
 
-def joint_deviation(checks: list[Check], level: float) -> Joint | None:
-    """The joint test over ``checks``' informative, deciding statistics (every testable one, and those a little
-    less far from the original: :mod:`unlearnkit.metrics.equivalence`); None with fewer than
-    :data:`MIN_REFERENCES` references or no such statistic with every value finite."""
+def joint_values(checks: list[Check]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(values: statistics x (K + 1) models, the audited model first, on the flag's scale; recovery: per statistic)
+    of ``checks``' informative, deciding statistics (every testable one, and those a little less far from the
+    original: :mod:`unlearnkit.metrics.equivalence`); None with fewer than :data:`MIN_REFERENCES` references or no
+    such statistic with every value finite."""
     rows, rec = [], []
     for c in checks:
         m = c.measure
@@ -85,10 +86,28 @@ def joint_deviation(checks: list[Check], level: float) -> Joint | None:
             rec.append(bool(m.recovery))
     if not rows or len({len(r) for r in rows}) != 1:
         return None
-    d = joint_deviations(np.array(rows), np.array(rec))
+    return np.array(rows), np.array(rec)
+
+
+def beyond_references(d: np.ndarray) -> float:
+    """The one-sided p-value of ``d[0]`` (the audited model's summary) above the references' ``d[1:]``: their
+    Student-t prediction distribution (K − 1 degrees of freedom)."""
     u, refs = float(d[0]), d[1:]
     k = len(refs)
-    bound = upper_prediction_bound(refs.tolist(), 1.0 - level)  # the one the single statistics' rules read
     scale = float(refs.std(ddof=1)) * math.sqrt(1.0 + 1.0 / k)
-    p = float(stats.t.sf((u - float(refs.mean())) / scale, k - 1)) if scale > 0 else (0.0 if u > bound else 1.0)
-    return Joint(u, tuple(float(v) for v in refs), bound, p, len(rows), level, p < level)
+    if not scale > 0:
+        return 0.0 if u > float(refs.max()) else 1.0
+    return float(stats.t.sf((u - float(refs.mean())) / scale, k - 1))
+
+
+def joint_deviation(checks: list[Check], level: float) -> Joint | None:
+    """The joint test over ``checks``' informative, deciding statistics (:func:`joint_values`); None where there
+    are none."""
+    got = joint_values(checks)
+    if got is None:
+        return None
+    d = joint_deviations(*got)
+    refs = d[1:]
+    bound = upper_prediction_bound(refs.tolist(), 1.0 - level)  # the one the single statistics' rules read
+    p = beyond_references(d)
+    return Joint(float(d[0]), tuple(float(v) for v in refs), bound, p, len(got[0]), level, p < level)

@@ -91,11 +91,9 @@ def upper_prediction_bound(values: Sequence[float], confidence: float) -> float:
 JOINT_CLIP = 4.0
 
 
-def joint_deviations(values: np.ndarray, recovery: np.ndarray) -> np.ndarray:
-    """Each model's joint deviation (:mod:`unlearnkit.audit.joint`: each model standardised against the other
-    K, z clipped to ±:data:`JOINT_CLIP`, z⁺ on a recovery, the cube root of the mean z²). ``values``: checks x
-    (K + 1) models, the audited model first; ``recovery``: per check, whether only the side towards the original
-    counts."""
+def joint_z(values: np.ndarray, recovery: np.ndarray) -> np.ndarray:
+    """The joint test's standardised deviations: checks x (K + 1) models, each model against the other K, clipped
+    to ±:data:`JOINT_CLIP`, z⁺ on a recovery (:func:`joint_deviations`)."""
     x = np.asarray(values, dtype=float)
     m = x.shape[1]
     z = np.zeros_like(x)
@@ -106,7 +104,15 @@ def joint_deviations(values: np.ndarray, recovery: np.ndarray) -> np.ndarray:
         z[ok, i] = (x[ok, i] - others[ok].mean(axis=1)) / sd[ok]
     z = np.clip(z, -JOINT_CLIP, JOINT_CLIP)
     z[recovery] = np.maximum(z[recovery], 0.0)
-    return np.cbrt((z ** 2).mean(axis=0))
+    return z
+
+
+def joint_deviations(values: np.ndarray, recovery: np.ndarray) -> np.ndarray:
+    """Each model's joint deviation (:mod:`unlearnkit.audit.joint`: each model standardised against the other
+    K, z clipped to ±:data:`JOINT_CLIP`, z⁺ on a recovery, the cube root of the mean z²). ``values``: checks x
+    (K + 1) models, the audited model first; ``recovery``: per check, whether only the side towards the original
+    counts."""
+    return np.cbrt((joint_z(values, recovery) ** 2).mean(axis=0))
 
 
 @dataclass(frozen=True)
