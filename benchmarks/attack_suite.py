@@ -83,7 +83,9 @@ R*; trained on the training split only):
 * ``hardened_centre_canon``: ``hardened_centre`` with its relearning targets read on the four retrains' canonical
   copies, as the audit relearns them. Every earlier ``hardened`` family matched its retrain's relearning on a
   plain copy, which relearns otherwise (digits, 5 steps at lr 0.01: mean φ −3.5 on a retrain, −5.5 on its
-  canonical copy), and the centre families were told apart mostly on relearning;
+  canonical copy), and the centre families were told apart mostly on relearning. Measured on digits seeds 0-5
+  (docs/audit.md): one seed's keeper (kept share 0.31) read `erased` in 5 of its 10 audits at K = 5 and in none
+  of 10 at K = 8: an attack that wins at K = 5;
 * ``kept_stage``: the original's first two stages frozen, the rest fine-tuned as the distiller;
 * ``mean_matched``: issue 28's attack (``attack_mean_matched.mean_matched``);
 * every family's bit-identical copies (``attack_reparam.copies``: units rescaled by powers of two up to 2^±120,
