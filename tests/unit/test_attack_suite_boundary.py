@@ -140,15 +140,7 @@ def test_the_util_families_raise_the_retained_cross_entropys_weight_while_it_is_
         suite, utility, rises):
     """Dual ascent (the ``_util`` families): an untrained model's retained cross-entropy (about 2.3) is above a
     constraint of 0.01, so its weight rises from 1 (to at most 100); above it or without one, it stays 1."""
-    import torch
-
-    import unlearnkit as uk
-    from unlearnkit.models.zoo import create_model
-
-    split = uk.make_split(uk.load_dataset("digits"), uk.ForgetSpec(classes=(3,)))
-    torch.manual_seed(0)
-    ds = split.dataset
-    model = create_model("small_cnn", ds.num_classes, ds.in_channels, ds.image_size).eval()
+    split, model, _ = _two_untrained_models()
     attack = suite.Attack(model, model, split, seed=0, match=False, keep=None, harden=False, epochs=1,
                           utility=utility, log=lambda text: None)
     attack.opt = attack._optimizer()
@@ -169,6 +161,7 @@ def _two_untrained_models():
     torch.manual_seed(0)
     a, b = (create_model("small_cnn", ds.num_classes, ds.in_channels, ds.image_size).eval() for _ in range(2))
     return split, a, b
+
 
 def test_the_centre_families_match_the_mean_of_their_teachers_statistics(suite, monkeypatch):
     """``hardened_centre``: with several teachers, each matched statistic's target is the mean of the teachers'
