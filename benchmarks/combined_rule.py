@@ -6,6 +6,7 @@ kept, and its error rate simulated (issue 42).
         --genuine 12 --families hardened,...,hardened_tighter --measures --out capture_a.json
     .venv/bin/python benchmarks/combined_rule.py capture_a.json [more.json ...]     # the rules side by side
     .venv/bin/python benchmarks/combined_rule.py --simulate                          # the joint test's error rate
+    .venv/bin/python benchmarks/combined_rule.py capture_a.json ... --sweep 0.05,0.1,0.2   # the joint level swept
 
 Each audit's measures are judged again (:func:`judge_all`, :func:`decide`) under each rule, the joint test
 computed from the same measures (:func:`unlearnkit.audit.joint.joint_deviation`):
@@ -28,6 +29,10 @@ them); everything after them is decided again. Keepers are the pool's (``gt_pool
 of 48 genuine retrains on the ground truth's probe, or relearning beyond every one; ``--pool-json``), the other
 attacked models are counted apart, and genuine retrains give the power. Prints per K and rule the audits
 `erased` of each group with exact 95 % bounds.
+
+``--sweep LEVELS``: the default rule with its joint test at each level instead (:func:`sweep`, from each audit's
+:func:`joint_p`): keepers' and genuine retrains' audits `erased` per K and level, what a stricter joint level would
+stop and what it would cost in power (docs/audit.md, "What five references can see").
 
 ``--simulate``: a genuine retrain told apart jointly (and by the per-statistic rule at 0.05), 24 statistics in two
 families with equicorrelation ρ, K Gaussian or heavy-tailed (multivariate Student t, one scale per model)
@@ -84,30 +89,103 @@ def measures_of(row: dict):
     return out
 
 
-def erased_under(row: dict, level: float, joint: bool, z_power: float | None = None,
-                 directional: bool = False) -> bool:
-    """Whether the audit of ``row`` reads `erased` under a rule (module docstring; ``z_power``: the testability
-    requirement, None for the default; ``directional``: the directional test too)."""
+def _judged(row: dict, level: float, z_power: float | None):
+    """``row``'s checks judged again at the per-statistic ``level`` with the testability requirement ``z_power``."""
     from unittest import mock
 
     from unlearnkit.audit import AuditConfig
     from unlearnkit.audit import checks as checks_module
-    from unlearnkit.audit.joint import beyond_references, joint_deviation, joint_values
+    from unlearnkit.metrics.equivalence import judge
+
+    cfg = AuditConfig(told_apart_level=level)
+    with mock.patch.object(checks_module, "judge", lambda *a, **kw: judge(*a, z_power=z_power, **kw)):
+        return checks_module.judge_all(measures_of(row), cfg), cfg
+
+
+def _decided(checks, cfg, joint) -> str:
     from unlearnkit.audit.verdict import decide, measurements
-    from unlearnkit.metrics.equivalence import joint_z, judge
+
+    m = measurements(outputs_unlearned=OUT, outputs_retrained=OUT, checks=checks, n_forget={"train": 100},
+                     sample_level=False, n_train_forget=100, n_refs=len(checks[0].measure.references), config=cfg,
+                     joint=joint)
+    return decide(m).verdict
+
+
+def erased_under(row: dict, level: float, joint: bool, z_power: float | None = None,
+                 directional: bool = False) -> bool:
+    """Whether the audit of ``row`` reads `erased` under a rule (module docstring; ``z_power``: the testability
+    requirement, None for the default; ``directional``: the directional test too)."""
+    from unlearnkit.audit.joint import beyond_references, joint_deviation, joint_values
+    from unlearnkit.metrics.equivalence import joint_z
 
     if row["verdict"] in ("collapsed", "not_forgotten"):
         return False
-    cfg = AuditConfig(told_apart_level=level)
-    with mock.patch.object(checks_module, "judge", lambda *a, **kw: judge(*a, z_power=z_power, **kw)):
-        checks = checks_module.judge_all(measures_of(row), cfg)
-    m = measurements(outputs_unlearned=OUT, outputs_retrained=OUT, checks=checks, n_forget={"train": 100},
-                     sample_level=False, n_train_forget=100, n_refs=len(checks[0].measure.references), config=cfg,
-                     joint=joint_deviation(checks, cfg.joint_level) if joint else None)
-    if decide(m).verdict != "erased":
+    checks, cfg = _judged(row, level, z_power)
+    if _decided(checks, cfg, joint_deviation(checks, cfg.joint_level) if joint else None) != "erased":
         return False
     got = joint_values(checks) if directional else None
     return got is None or beyond_references(joint_z(*got).mean(axis=0)) >= cfg.joint_level
+
+
+def joint_p(row: dict) -> float | None:
+    """Under the default rule without its joint test: None where ``row`` is not `erased`; else the joint test's
+    p-value (1.0 where it cannot run), so that the default rule at joint level L certifies it iff p >= L."""
+    from unlearnkit.audit.joint import joint_deviation
+
+    if row["verdict"] in ("collapsed", "not_forgotten"):
+        return None
+    checks, cfg = _judged(row, 0.05, None)
+    if _decided(checks, cfg, None) != "erased":
+        return None
+    jt = joint_deviation(checks, cfg.joint_level)
+    return 1.0 if jt is None else jt.p
+
+
+def _kinds(runs: list[str], pools: list[str]):
+    """(row, "genuine" | "keeper" | "other") over ``runs``: keepers by ``pools`` (``gt_pool.py`` outputs), or by
+    each row's own ground truth (``keeps_class``) where ``pools`` is empty."""
+    sys.path.insert(0, str(HERE))
+    import gt_pool
+
+    keeper = {(r["seed"], r["family"]): gt_pool.pool_keeper(r)
+              for f in pools for r in load(f)["rows"]}
+    for f in runs:
+        for row in load(f)["rows"]:
+            if row["model"].startswith("retrain"):
+                yield row, "genuine"
+            elif not pools:
+                yield row, "keeper" if row["keeps_class"] else "other"
+            elif (row["seed"], row["model"]) not in keeper:
+                raise SystemExit(f"error: seed {row['seed']} {row['model']} is in no --pool-json")
+            else:
+                yield row, "keeper" if keeper[(row["seed"], row["model"])] else "other"
+
+
+def sweep(runs: list[str], pools: list[str], levels: list[float]) -> list[str]:
+    """The default rule with its joint test at each of ``levels``: pool keepers' and genuine retrains' audits
+    `erased` per K (what a stricter joint level would cost in power for what it would stop), and per K the
+    smallest joint p of a keeper's audit the default certifies beside the genuine retrains' joint p's."""
+    ps: dict = {}
+    for row, kind in _kinds(runs, pools):
+        ps.setdefault((row["k"], kind), []).append(joint_p(row))
+    lines = ["| K | joint level | pool keepers' audits `erased` | other attacked models' | genuine retrains' |",
+             "|---|---|---|---|---|"]
+    for k in sorted({k for k, _ in ps}):
+        for lv in levels:
+            cells = []
+            for kind in ("keeper", "other", "genuine"):
+                got = ps.get((k, kind), [])
+                cells.append(exact(sum(p is not None and p >= lv for p in got), len(got)) if got else "-")
+            lines.append(f"| {k} | {lv:g} | " + " | ".join(cells) + " |")
+    for k in sorted({k for k, _ in ps}):
+        kept = sorted(p for p in ps.get((k, "keeper"), []) if p is not None)
+        gen = np.array([p for p in ps.get((k, "genuine"), []) if p is not None])
+        if kept and gen.size:
+            lines.append(f"K = {k}: keepers' audits certified without the joint test: {len(kept)}, their joint p "
+                         f"{', '.join(f'{p:.3f}' for p in kept[-8:])} (largest 8); genuine retrains' audits certified "
+                         f"without it: {gen.size}, of which {int((gen < kept[-1]).sum())} have a joint p below the "
+                         f"largest keeper's ({kept[-1]:.3f})")
+    return lines
 
 
 def exact(k: int, n: int) -> str:
@@ -121,26 +199,12 @@ def exact(k: int, n: int) -> str:
 def table(runs: list[str], pools: list[str]) -> list[str]:
     """The table (module docstring); with no ``pools``, keepers are the suite's own ground truth as each row
     records it (``keeps_class``: against the suite's twelve genuine retrains; mnist5k has no 48-retrain pool)."""
-    sys.path.insert(0, str(HERE))
-    import gt_pool
-
-    keeper = {(r["seed"], r["family"]): gt_pool.pool_keeper(r)
-              for f in pools for r in load(f)["rows"]}
     counts: dict = {}
-    for f in runs:
-        for row in load(f)["rows"]:
-            if row["model"].startswith("retrain"):
-                kind = "genuine"
-            elif not pools:
-                kind = "keeper" if row["keeps_class"] else "other"
-            elif (row["seed"], row["model"]) not in keeper:
-                raise SystemExit(f"error: seed {row['seed']} {row['model']} is in no --pool-json")
-            else:
-                kind = "keeper" if keeper[(row["seed"], row["model"])] else "other"
-            for rule, (level, joint, z, directional) in RULES.items():
-                c = counts.setdefault((row["k"], rule, kind), [0, 0])
-                c[0] += erased_under(row, level, joint, z, directional)
-                c[1] += 1
+    for row, kind in _kinds(runs, pools):
+        for rule, (level, joint, z, directional) in RULES.items():
+            c = counts.setdefault((row["k"], rule, kind), [0, 0])
+            c[0] += erased_under(row, level, joint, z, directional)
+            c[1] += 1
     lines = ["| K | rule | pool keepers' audits `erased` | other attacked models' | genuine retrains' |",
              "|---|---|---|---|---|"]
     for k in sorted({k for k, _, _ in counts}):
@@ -191,6 +255,8 @@ def main(argv=None) -> int:
     ap.add_argument("--pool-json", nargs="+", default=POOLS)
     ap.add_argument("--suite-ground-truth", action="store_true",
                     help="keepers by each row's own ground truth (keeps_class), not a pool (mnist5k)")
+    ap.add_argument("--sweep", default=None, metavar="LEVELS",
+                    help="comma-separated joint levels: the default rule with its joint test at each (sweep())")
     ap.add_argument("--simulate", action="store_true")
     ap.add_argument("--trials", type=int, default=2000)
     ap.add_argument("--out", default=None, help="write the tables as JSON (atomically)")
@@ -198,8 +264,18 @@ def main(argv=None) -> int:
     if not a.runs and not a.simulate:
         ap.error("give told_apart_level.py --measures outputs, or --simulate")
     result = {"runs": a.runs}
-    if a.runs:
-        result["table"] = table(a.runs, [] if a.suite_ground_truth else a.pool_json)
+    pools = [] if a.suite_ground_truth else a.pool_json
+    if a.runs and a.sweep:
+        try:
+            levels = [float(v) for v in a.sweep.split(",")]
+        except ValueError:
+            ap.error(f"--sweep: comma-separated numbers, got {a.sweep!r}")
+        if not all(0.0 < v < 1.0 for v in levels):
+            ap.error(f"--sweep: levels in (0, 1), got {a.sweep!r}")
+        result["sweep"] = sweep(a.runs, pools, levels)
+        print("\n".join(result["sweep"]))
+    elif a.runs:
+        result["table"] = table(a.runs, pools)
         print("\n".join(result["table"]))
     if a.simulate:
         result["simulation"] = simulate(a.trials)

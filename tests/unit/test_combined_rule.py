@@ -88,3 +88,23 @@ def test_the_directional_variant_tells_apart_a_small_shift_the_mean_square_does_
         assert not bench.erased_under(row, 0.05, joint=True, directional=True)
     assert bench.erased_under(_row(0, "retrain100", 0.0), 0.05, joint=True, directional=True)
     assert "the default + directional 0.05 (not adopted)" in bench.RULES
+
+
+def test_joint_p_is_the_level_at_which_the_default_stops_certifying(bench, tmp_path):
+    """``joint_p`` (the sweep's reading): None where the default rule without its joint test does not certify, else
+    the joint test's p, so that the default at level L certifies exactly when p >= L."""
+    keeper, genuine = _row(0, "hardened", 2.5), _row(0, "retrain100", 0.0)
+    assert bench.joint_p(_row(0, "retrain100", 0.0, verdict="not_forgotten")) is None
+    pk, pg = bench.joint_p(keeper), bench.joint_p(genuine)
+    assert pk < 0.05 <= pg
+    for row, p in ((keeper, pk), (genuine, pg)):
+        assert bench.erased_under(row, 0.05, joint=True) == (p >= 0.05)
+    pool = tmp_path / "pool.json"
+    pool.write_text(json.dumps({"rows": [{"seed": 0, "family": "hardened", "pool_at_or_below": 0,
+                                          "keeps_pool": False}]}))
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"rows": [keeper, genuine]}))
+    lines = bench.sweep([str(run)], [str(pool)], [pk / 2, (pk + pg) / 2])
+    assert lines[2] == f"| 5 | {pk / 2:g} | 1/1 [2.5, 100.0 %] | - | 1/1 [2.5, 100.0 %] |"  # below both: both
+    assert lines[3] == f"| 5 | {(pk + pg) / 2:g} | 0/1 [0.0, 97.5 %] | - | 1/1 [2.5, 100.0 %] |"  # the genuine one
+    assert lines[4].startswith("K = 5: keepers' audits certified without the joint test: 1, their joint p ")
