@@ -17,6 +17,14 @@ the probe: ``pool_at_or_below == 0``) and every K it prints
 and per K and level (0.05, 0.1, 0.2) the keepers such a test refuses (p below the level) beside the share of the
 pool's genuine retrains it refuses against the same references (each seed's): the oracle test's own trade-off.
 
+``--probe-seeds`` other than the pool's re-reads every model (the references, the pool's genuine retrains, every
+attacked model the pools place) with those probe seeds, so that the keepers (still defined by the pool's probe seeds)
+are read by a probe that did not define them; ``--audits RUN...`` (``told_apart_level.py --measures`` outputs of
+these seeds) then judges each audit as if the audit also read this probe as one more check: `erased` by the default
+rule (``combined_rule.joint_p``) and the probe's p at or above a level (0.05, 0.1, 0.2), per K, for keepers, other
+attacked models and genuine retrains (those the pool holds): what reading a probe this strong in the audit would
+stop and cost.
+
 A keeper with p above the audit's level is one that a test reading the ground truth's own measure does not refuse
 at that level with these K references; the audit's statistics, which the attack was trained to match, see it no
 better (docs/audit.md, "What five references can see"). Only the probe criterion is read here (the pool's other
@@ -78,18 +86,50 @@ def table(rows: list[dict], ks: list[int]) -> list[str]:
     return lines
 
 
-def main(argv=None) -> int:
+def with_audits(runs: list[str], probes: dict, ref_probes: dict, ks: list[int]) -> list[str]:
+    """The table of ``--audits`` (module docstring). ``probes``: model key ("retrain<s>" or "<seed>/<family>") ->
+    probe loss; ``ref_probes``: seed -> the references' losses."""
+    import combined_rule
+
+    counts: dict = {}
+    for row, kind in combined_rule._kinds(runs, combined_rule.POOLS):
+        key = row["model"] if kind == "genuine" else f"{row['seed']}/{row['model']}"
+        if row["k"] not in ks or key not in probes or row["seed"] not in ref_probes:
+            continue
+        p = lower_p(math.log(probes[key]), [math.log(v) for v in ref_probes[row["seed"]][:row["k"]]])
+        jp = combined_rule.joint_p(row)
+        for level in (None, *LEVELS):
+            c = counts.setdefault((row["k"], level, kind), [0, 0])
+            c[0] += jp is not None and jp >= 0.05 and (level is None or p >= level)
+            c[1] += 1
+    lines = ["| K | the probe's level | pool keepers' audits `erased` | other attacked models' | genuine retrains' |",
+             "|---|---|---|---|---|"]
+    for k in ks:
+        for level in (None, *LEVELS):
+            cells = [combined_rule.exact(*counts[(k, level, kind)]) if (k, level, kind) in counts else "-"
+                     for kind in ("keeper", "other", "genuine")]
+            if any(c != "-" for c in cells):
+                lines.append(f"| {k} | {'(not read: the default)' if level is None else level} | "
+                             + " | ".join(cells) + " |")
+    return lines
+
+
+def _parse(argv):
+    """(args, seeds, ks, pools, probe seeds, whether they are not the pool's), or one ``error:`` line (exit 2)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", default="0,1,2,3,4,5")
     ap.add_argument("--references", default="5,8,16")
     ap.add_argument("--pool-json", nargs="+", default=POOLS, help="gt_pool.py outputs (the first one's pool is read)")
+    ap.add_argument("--probe-seeds", default=None, help="comma-separated; default: the pool's (module docstring)")
+    ap.add_argument("--audits", nargs="+", default=None, metavar="RUN", help="told_apart_level.py --measures outputs")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
     try:
         seeds = [int(s) for s in a.seeds.split(",")]
         ks = [int(k) for k in a.references.split(",")]
+        probe_seeds = [int(s) for s in a.probe_seeds.split(",")] if a.probe_seeds else None
     except ValueError:
-        ap.error("--seeds and --references are comma-separated numbers")
+        ap.error("--seeds, --references and --probe-seeds are comma-separated numbers")
     if min(ks) < 3:
         ap.error("--references: at least 3 (a prediction bound needs a spread)")
     pools = []
@@ -98,12 +138,43 @@ def main(argv=None) -> int:
             pools.append(json.loads(Path(f).read_text()))
         except (OSError, ValueError) as e:
             ap.error(f"cannot read {f}: {e}")
-    first = pools[0]
-    probe_seeds = [int(s) for s in first["args"]["probe_seeds"].split(",")]
-    if any(p["args"]["probe_seeds"] != first["args"]["probe_seeds"] or p["args"].get("dataset", "digits") != "digits"
-           for p in pools):
+    theirs = pools[0]["args"]["probe_seeds"]
+    if any(p["args"]["probe_seeds"] != theirs or p["args"].get("dataset", "digits") != "digits" for p in pools):
         ap.error("--pool-json: every pool must be digits, with the same --probe-seeds")
-    pool = [g["probe"] for g in first["pool"] if g["probe"] is not None]
+    pool_seeds = [int(s) for s in theirs.split(",")]
+    return a, seeds, ks, pools, probe_seeds or pool_seeds, probe_seeds not in (None, pool_seeds)
+
+
+def _probes(S, split, pools: list[dict], probe_seeds: list[int], fresh: bool):
+    """(model key -> probe loss for the pool's genuine retrains and every attacked model the pools place, read again
+    with ``probe_seeds`` when ``fresh``; a function reading retrain s, each once)."""
+    memo: dict = {}
+
+    def read(model) -> float:
+        return float(np.mean([S.gt_probe(model, split, ps) for ps in probe_seeds]))
+
+    def retrain(s: int) -> float:  # the seeds' references overlap: each retrain read once
+        if s not in memo:
+            memo[s] = read(S.model_of("retrain", split, s))
+        return memo[s]
+
+    probes = {f"retrain{g['seed']}": g["probe"] for g in pools[0]["pool"] if g["probe"] is not None}
+    probes.update({f"{r['seed']}/{r['family']}": r["probe"] for p in pools for r in p["rows"]
+                   if r["probe"] is not None})
+    for key in list(probes) if fresh else []:
+        if key.startswith("retrain"):
+            probes[key] = retrain(int(key[7:]))
+        else:
+            seed, family = int(key.split("/")[0]), key.split("/")[1]
+            m, _ = S.cached_attack(family, S.model_of("original", split, seed),
+                                   S.model_of("retrain", split, 1000 + seed), split, seed, Path(S.DEFAULT_CACHE))
+            probes[key] = read(m)
+        print(f"{key}: {probes[key]:.4f}", flush=True)
+    return probes, retrain
+
+
+def main(argv=None) -> int:
+    a, seeds, ks, pools, probe_seeds, fresh = _parse(argv)
     keepers = [r for p in pools for r in p["rows"] if r["pool_at_or_below"] == 0 and r["probe"] is not None]
     sys.path.insert(0, str(HERE))
     import attack_suite as S
@@ -114,27 +185,26 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     t0 = time.time()
     split = make_split(load_dataset("digits"), ForgetSpec(classes=(3,)))
-    rows, ref_probes, memo = [], {}, {}
-
-    def probe(s: int) -> float:  # retrain s, read as the pool is (each retrain once: the seeds' references overlap)
-        if s not in memo:
-            memo[s] = float(np.mean([S.gt_probe(S.model_of("retrain", split, s), split, ps) for ps in probe_seeds]))
-        return memo[s]
-
+    probes, retrain = _probes(S, split, pools, probe_seeds, fresh)
+    pool = [v for key, v in probes.items() if key.startswith("retrain")]
+    rows, ref_probes = [], {}
     for seed in seeds:
-        ref_probes[seed] = [probe(seed + i) for i in range(max(ks))]
-        new = rows_for(seed, ks, ref_probes[seed], pool, [r for r in keepers if r["seed"] == seed])
+        ref_probes[seed] = [retrain(seed + i) for i in range(max(ks))]
+        mine = [dict(r, probe=probes[f"{r['seed']}/{r['family']}"]) for r in keepers if r["seed"] == seed]
+        new = rows_for(seed, ks, ref_probes[seed], pool, mine)
         rows += new
         for r in new:
             if r["family"] is not None:
                 print(f"s{seed} K={r['k']:2d} {r['family']:24s} probe {r['probe']:.4f} p {r['p']:.3f}", flush=True)
     lines = table(rows, ks)
-    print("\n".join(lines))
+    audits = with_audits(a.audits, probes, ref_probes, ks) if a.audits else None
+    print("\n".join(lines + (audits or [])))
     if a.out:
         from unlearnkit.checkpoints import atomic_write_text
 
         atomic_write_text(a.out, json.dumps({"args": vars(a), "references": ref_probes, "rows": rows, "table": lines,
-                                             "elapsed_s": time.time() - t0}, indent=1) + "\n")
+                                             "probes": probes, "audits": audits, "elapsed_s": time.time() - t0},
+                                            indent=1) + "\n")
         print(f"wrote {a.out}")
     return 0
 
