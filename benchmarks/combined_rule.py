@@ -141,7 +141,7 @@ def joint_p(row: dict) -> float | None:
     return 1.0 if jt is None else jt.p
 
 
-def _kinds(runs: list[str], pools: list[str]):
+def kinds(runs: list[str], pools: list[str]):
     """(row, "genuine" | "keeper" | "other") over ``runs``: keepers by ``pools`` (``gt_pool.py`` outputs), or by
     each row's own ground truth (``keeps_class``) where ``pools`` is empty."""
     sys.path.insert(0, str(HERE))
@@ -166,7 +166,7 @@ def sweep(runs: list[str], pools: list[str], levels: list[float]) -> list[str]:
     `erased` per K (what a stricter joint level would cost in power for what it would stop), and per K the
     smallest joint p of a keeper's audit the default certifies beside the genuine retrains' joint p's."""
     ps: dict = {}
-    for row, kind in _kinds(runs, pools):
+    for row, kind in kinds(runs, pools):
         ps.setdefault((row["k"], kind), []).append(joint_p(row))
     lines = ["| K | joint level | pool keepers' audits `erased` | other attacked models' | genuine retrains' |",
              "|---|---|---|---|---|"]
@@ -200,7 +200,7 @@ def table(runs: list[str], pools: list[str]) -> list[str]:
     """The table (module docstring); with no ``pools``, keepers are the suite's own ground truth as each row
     records it (``keeps_class``: against the suite's twelve genuine retrains; mnist5k has no 48-retrain pool)."""
     counts: dict = {}
-    for row, kind in _kinds(runs, pools):
+    for row, kind in kinds(runs, pools):
         for rule, (level, joint, z, directional) in RULES.items():
             c = counts.setdefault((row["k"], rule, kind), [0, 0])
             c[0] += erased_under(row, level, joint, z, directional)

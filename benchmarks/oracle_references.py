@@ -92,7 +92,7 @@ def with_audits(runs: list[str], probes: dict, ref_probes: dict, ks: list[int]) 
     import combined_rule
 
     counts: dict = {}
-    for row, kind in combined_rule._kinds(runs, combined_rule.POOLS):
+    for row, kind in combined_rule.kinds(runs, combined_rule.POOLS):
         key = row["model"] if kind == "genuine" else f"{row['seed']}/{row['model']}"
         if row["k"] not in ks or key not in probes or row["seed"] not in ref_probes:
             continue
