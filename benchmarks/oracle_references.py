@@ -26,9 +26,10 @@ attacked models and genuine retrains (those the pool holds): what reading a prob
 stop and cost.
 
 A keeper with p above the audit's level is one that a test reading the ground truth's own measure does not refuse
-at that level with these K references; the audit's statistics, which the attack was trained to match, see it no
-better (docs/audit.md, "What five references can see"). Only the probe criterion is read here (the pool's other
-criterion, relearning beyond every genuine retrain, marks none of the keepers this was written for).
+at that level with these K references (docs/audit.md, "What five references can see", sets this beside what the
+audit's own statistics refuse). The per-keeper rows read only the probe criterion: the pool's five keepers by
+relearning alone (seed 3's, relearning 11-17 % in 20 steps) are not among the 52; ``--audits`` counts every pool
+keeper, as ``combined_rule.py`` does.
 """
 from __future__ import annotations
 
