@@ -41,20 +41,18 @@ import time
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
+
+from unlearnkit.audit.joint import beyond_references
 
 HERE = Path(__file__).resolve().parent
-POOLS = [str(HERE / "results" / f"gt_pool_digits{x}.json")
-         for x in ("", "_tighter_s012", "_tighter_s345", "_joint", "_marginal", "_block3", "_util", "_centre",
-                   "_centre_canon")]
+sys.path.insert(0, str(HERE))
+import combined_rule  # noqa: E402  (a sibling benchmark: the pools' list, the rule judged offline)
 
 
 def lower_p(value: float, refs: list[float]) -> float:
-    """One-sided Student-t prediction p-value of ``value`` below ``refs`` (all on the log scale)."""
-    r = np.asarray(refs, dtype=float)
-    k = r.size
-    scale = float(r.std(ddof=1)) * math.sqrt(1.0 + 1.0 / k)
-    return float(stats.t.cdf((value - r.mean()) / scale, k - 1))
+    """One-sided Student-t prediction p-value of ``value`` below ``refs`` (all on the log scale): the audit's own
+    (:func:`unlearnkit.audit.joint.beyond_references`), on the values negated."""
+    return beyond_references(-np.asarray([value, *refs], dtype=float))
 
 
 LEVELS = (0.05, 0.1, 0.2)
@@ -87,13 +85,11 @@ def table(rows: list[dict], ks: list[int]) -> list[str]:
     return lines
 
 
-def with_audits(runs: list[str], probes: dict, ref_probes: dict, ks: list[int]) -> list[str]:
-    """The table of ``--audits`` (module docstring). ``probes``: model key ("retrain<s>" or "<seed>/<family>") ->
-    probe loss; ``ref_probes``: seed -> the references' losses."""
-    import combined_rule
-
+def with_audits(runs: list[str], pools: list[str], probes: dict, ref_probes: dict, ks: list[int]) -> list[str]:
+    """The table of ``--audits`` (module docstring): keepers by ``pools`` (``gt_pool.py`` outputs). ``probes``: model
+    key ("retrain<s>" or "<seed>/<family>") -> probe loss; ``ref_probes``: seed -> the references' losses."""
     counts: dict = {}
-    for row, kind in combined_rule.kinds(runs, combined_rule.POOLS):
+    for row, kind in combined_rule.kinds(runs, pools):
         key = row["model"] if kind == "genuine" else f"{row['seed']}/{row['model']}"
         if row["k"] not in ks or key not in probes or row["seed"] not in ref_probes:
             continue
@@ -120,7 +116,8 @@ def _parse(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", default="0,1,2,3,4,5")
     ap.add_argument("--references", default="5,8,16")
-    ap.add_argument("--pool-json", nargs="+", default=POOLS, help="gt_pool.py outputs (the first one's pool is read)")
+    ap.add_argument("--pool-json", nargs="+", default=combined_rule.POOLS,
+                    help="gt_pool.py outputs (the first one's pool is read)")
     ap.add_argument("--probe-seeds", default=None, help="comma-separated; default: the pool's (module docstring)")
     ap.add_argument("--audits", nargs="+", default=None, metavar="RUN", help="told_apart_level.py --measures outputs")
     ap.add_argument("--out", default=None)
@@ -177,7 +174,6 @@ def _probes(S, split, pools: list[dict], probe_seeds: list[int], fresh: bool):
 def main(argv=None) -> int:
     a, seeds, ks, pools, probe_seeds, fresh = _parse(argv)
     keepers = [r for p in pools for r in p["rows"] if r["pool_at_or_below"] == 0 and r["probe"] is not None]
-    sys.path.insert(0, str(HERE))
     import attack_suite as S
     import torch
 
@@ -198,7 +194,7 @@ def main(argv=None) -> int:
             if r["family"] is not None:
                 print(f"s{seed} K={r['k']:2d} {r['family']:24s} probe {r['probe']:.4f} p {r['p']:.3f}", flush=True)
     lines = table(rows, ks)
-    audits = with_audits(a.audits, probes, ref_probes, ks) if a.audits else None
+    audits = with_audits(a.audits, a.pool_json, probes, ref_probes, ks) if a.audits else None
     print("\n".join(lines + (audits or [])))
     if a.out:
         from unlearnkit.checkpoints import atomic_write_text
