@@ -219,3 +219,24 @@ def test_the_size_check_sees_a_long_function_and_a_wide_one(tmp_path):
     src.write_text(f"def long():\n{body}\n\n\ndef wide(a, b, c, d, e, f, g):\n    pass\n\n\n"
                    f"def excused(a, b, c, d, e, f, g):\n    '''{WHY} the reference's signature.'''\n")
     assert [f.split("::")[1].split(" ")[0] for f in oversized(src, tmp_path)] == ["long", "wide"]
+
+
+def _imports_conftest(tree: ast.AST) -> bool:
+    """Whether a module imports a ``conftest`` by name (``import conftest`` or ``from conftest import ...``)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "conftest":
+            return True
+        if isinstance(node, ast.Import) and any(a.name == "conftest" for a in node.names):
+            return True
+    return False
+
+
+def test_no_test_imports_a_conftest_by_name():
+    """Several folders hold a ``conftest.py``: ``import conftest`` gets whichever pytest loaded first, so a test that
+    passes alone fails when run beside another folder (CI's ``pytest tests/unit/audit tests/integration`` did, stop 60).
+    Shared names live in a helper module (``audit_helpers``), which a conftest imports too."""
+    tests = Path(__file__).resolve().parents[1]
+    bad = [str(p.relative_to(tests)) for p in sorted(tests.rglob("*.py"))
+           if _imports_conftest(ast.parse(p.read_text(encoding="utf-8")))]
+    assert not bad, bad
+    assert _imports_conftest(ast.parse("from conftest import X")) and _imports_conftest(ast.parse("import conftest"))

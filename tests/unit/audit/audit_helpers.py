@@ -7,6 +7,8 @@ from contextlib import contextmanager
 import torch
 
 FORGET_CLASS = 3
+#: the audit seed of the tests' audits (fixed: a test must repeat; an audit of a user's model draws a fresh one)
+AUDIT_SEED = 11
 
 
 @contextmanager
@@ -75,7 +77,8 @@ def bn_masked(model, split, k=48, shift=10.0):
     return m
 
 
-FAST = dict(n_splits=2, bn_recalibration=False, head_refit=False, head_relearn=False, relearn=False, audit_seed=11)
+FAST = dict(n_splits=2, bn_recalibration=False, head_refit=False, head_relearn=False, relearn=False,
+            audit_seed=AUDIT_SEED)
 
 
 def cached_audit(reports, key, *args, **kwargs):

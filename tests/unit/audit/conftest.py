@@ -13,7 +13,7 @@ import pytest
 
 os.environ.setdefault("UNLEARNKIT_PROGRESS", "0")
 
-from audit_helpers import FORGET_CLASS, _train, cached_audit, masked_head, single_thread
+from audit_helpers import AUDIT_SEED, FORGET_CLASS, _train, cached_audit, masked_head, single_thread
 
 
 @pytest.fixture(autouse=True)
@@ -73,10 +73,6 @@ def retrain3(audit_split, audit_cache):
 def report_cache():
     """Audits are the slow part: each (case, config) is computed once per session."""
     return {}
-
-
-#: the audit seed of the tests' audits (fixed: a test must repeat; an audit of a user's model draws a fresh one)
-AUDIT_SEED = 11
 
 
 @pytest.fixture(scope="session")

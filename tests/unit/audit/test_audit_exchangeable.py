@@ -14,8 +14,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from audit_helpers import _train, cached_audit
-from conftest import AUDIT_SEED
+from audit_helpers import AUDIT_SEED, _train, cached_audit
 
 #: statistics that read the other models (the references' mean φ per example), so a model's value depends on its role
 RELATIVE = ("output agreement", "output membership")
