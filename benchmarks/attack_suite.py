@@ -86,6 +86,16 @@ R*; trained on the training split only):
   canonical copy), and the centre families were told apart mostly on relearning. Measured on digits seeds 0-5
   (docs/audit.md): one seed's keeper (kept share 0.31) read `erased` in 5 of its 10 audits at K = 5 and in none
   of 10 at K = 8: an attack that wins at K = 5;
+* ``hardened_centre_hide``: against an audit that would also read the ground truth's MLP probe (docs/audit.md,
+  "What five references can see": the candidate that closes K = 5 on digits): ``hardened_centre_canon`` also
+  pushed, with weight :data:`HIDE_WEIGHT`, until an adversary MLP probe (the audit's kind: 64 ReLU units on
+  standardised penultimate features, fitted afresh each epoch and tracked every third step) finds the class no
+  better than a fresh probe does in the attacker's four retrains (:meth:`Attack._hide_loss`), while its own kept
+  probe is to keep finding it. Its adversary is scored on the rows it was fitted on, so it reads a loss near 0
+  throughout and the push never stops;
+* ``hardened_centre_hide_held``: the same with the adversary fitted on half the forget rows (and 512 retained rows)
+  and scored on the others, against a target read the same way on the attacker's four retrains
+  (:meth:`Attack._held_target`): the push stops where the retrains are, by the attacker's own held-out measure;
 * ``kept_stage``: the original's first two stages frozen, the rest fine-tuned as the distiller;
 * ``mean_matched``: issue 28's attack (``attack_mean_matched.mean_matched``);
 * every family's bit-identical copies (``attack_reparam.copies``: units rescaled by powers of two up to 2^±120,
@@ -131,9 +141,12 @@ FAMILIES = ("masked", "soft_masked", "bn_masked", "head_retrained", "output_forg
             "cov_keeper", "hardened", "kept_stage", "mean_matched", "hardened_keep3", "hardened_keep10",
             "hardened_indist", "hardened_indist_keep3", "hardened_tight", "hardened_tight_keep3", "hardened_tighter",
             "hardened_joint", "hardened_marginal", "hardened_block3", "hardened_tight_util", "hardened_joint_util",
-            "hardened_centre", "hardened_centre_keep3", "hardened_centre_canon")
+            "hardened_centre", "hardened_centre_keep3", "hardened_centre_canon", "hardened_centre_hide",
+            "hardened_centre_hide_held")
 #: the retained cross-entropy a batch the ``_util`` families hold to (dual ascent on its weight)
 UTILITY_CE = 0.1
+#: ``hardened_centre_hide``'s weight on hiding from a fresh MLP probe (:meth:`Attack._hide_loss`)
+HIDE_WEIGHT = 2.0
 #: the ``hardened_centre`` families' attacker owns these retrains beside its first (seed 1000 + s): seeds offset + s
 CENTRE_OFFSETS = (2000, 3000, 4000)
 GT_STEPS = (10, 20, 50)
@@ -265,7 +278,8 @@ class Attack:
                  freeze: tuple[str, ...] = (), epochs: int = 12, lr: float = 3e-4, keep_weight: float = 1.0,
                  indist: bool = False, match_weight: float = 0.5, wide: bool = False, keep_layer: str = "penultimate",
                  unmatched: tuple[str, ...] = (), warm_probe: bool = False, utility: float | None = None,
-                 more_teachers: tuple = (), canonical_targets: bool = False, log=None) -> None:
+                 more_teachers: tuple = (), canonical_targets: bool = False, hide_mlp: float = 0.0,
+                 hide_held: bool = False, log=None) -> None:
         import unlearnkit as uk
 
         self.model = copy.deepcopy(original).eval()
@@ -293,6 +307,12 @@ class Attack:
         with torch.no_grad():
             width = _pooled(self.model, self.layers, self.xf[:2])[1][keep_layer].shape[1]
         self.warm_probe = warm_probe
+        # ``hide_mlp``: the weight of hiding the class from an MLP probe fitted afresh (:meth:`_hide_loss`)
+        # ``hide_held``: the adversary scored on rows it was not fitted on, and the target that same score on the
+        # teachers (:meth:`_held_target`), so that the push stops where the retrains are
+        self.hide_mlp, self.hide_held, self.adversary, self.hide_target = hide_mlp, hide_held, None, None
+        if hide_mlp:
+            self.hide_target = self._held_target() if hide_held else self._teachers_probe_loss()
         if keep == "mlp":
             self.probe = torch.nn.Sequential(torch.nn.Linear(width, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
             if warm_probe:
@@ -301,6 +321,89 @@ class Attack:
             self.probe = torch.nn.Linear(width, 1)  # on squared, centred features: second moments
         else:
             self.probe = None
+
+    def _teachers_probe_loss(self) -> float:
+        """The teachers' mean held-out log loss of the ground truth's MLP probe at the penultimate layer
+        (``mlp_probe.probe_batched``, one probe seed of the attacker's own): the level the model is to reach."""
+        x_all = torch.cat([self.xf, self.xr])
+        y = np.concatenate([np.ones(len(self.xf)), np.zeros(len(self.xr))])
+        losses = []
+        for t in self.teachers:
+            with torch.no_grad():
+                z = torch.cat([_pooled(t, self.layers, x_all[i:i + 512])[1]["penultimate"]
+                               for i in range(0, len(x_all), 512)])
+            probe = sibling("mlp_probe").probe_batched(z.double().numpy(), y, [7_000 + self.seed])
+            losses.append(float(np.mean(probe)))
+        self.log(f"    {self.seed} the teachers' fresh MLP probe loss: {np.mean(losses):.4f} (each {losses})")
+        return float(np.mean(losses))
+
+    def _held_target(self, draws: int = 2) -> float:
+        """The adversary's held-out score (:meth:`_hide_loss` with ``hide_held``) on each teacher's penultimate
+        features, fitted as :meth:`_fit_adversary` fits it on the model, averaged over the teachers and ``draws``
+        fits: the level a genuine retrain reads under this very adversary."""
+        model, scores = self.model, []
+        for t in self.teachers:
+            self.model = t
+            for _ in range(draws):
+                self._fit_adversary(fresh=True)
+                with torch.no_grad():
+                    fb, rb = torch.arange(len(self.xf)), torch.randperm(len(self.xr), generator=self.g)[:1024]
+                    pen = _pooled(t, self.layers, torch.cat([self.xf[fb], self.xr[rb]]))[1]["penultimate"]
+                    self._hide_score(pen, fb, rb)
+                scores.append(self.last_adversary)
+        self.model = model
+        self.adversary = None
+        self.log(f"    {self.seed} the adversary's held-out loss on the teachers: {np.mean(scores):.4f} "
+                 f"({min(scores):.4f}-{max(scores):.4f})")
+        return float(np.mean(scores))
+
+    def _fit_adversary(self, fresh: bool, steps: int = 100) -> None:
+        """The adversary: an MLP probe (64 ReLU units, standardised inputs) of forget vs retained rows on the model's
+        current penultimate features (every forget row, 512 retained rows), fitted anew (``fresh``) or from where it
+        was, 100 full-batch Adam steps at lr 1e-2: the probe an auditor would fit, tracking the model."""
+        rb = torch.randperm(len(self.xr), generator=self.g)[:512]
+        fa = torch.randperm(len(self.xf), generator=self.g)[:len(self.xf) // 2] if self.hide_held else \
+            torch.arange(len(self.xf))
+        self.adv_rows = (fa, rb)  # the rows it is fitted on: ``hide_held`` scores it on the others
+        with torch.no_grad():
+            z = _pooled(self.model, self.layers, torch.cat([self.xf[fa], self.xr[rb]]))[1]["penultimate"]
+            self.adv_mu, self.adv_sd = z.mean(0), z.std(0).clamp_min(1e-6)
+            z = (z - self.adv_mu) / self.adv_sd
+        y = torch.cat([torch.ones(len(fa)), torch.zeros(len(rb))])
+        if fresh or self.adversary is None:
+            self.adversary = torch.nn.Sequential(torch.nn.Linear(z.shape[1], 64), torch.nn.ReLU(),
+                                                 torch.nn.Linear(64, 1))
+        self.adversary.requires_grad_(True)
+        opt = torch.optim.Adam(self.adversary.parameters(), lr=1e-2)
+        for _ in range(steps):
+            opt.zero_grad(set_to_none=True)
+            F.binary_cross_entropy_with_logits(self.adversary(z)[:, 0], y).backward()
+            opt.step()
+        self.adversary.requires_grad_(False)
+
+    def _hide_score(self, pen: torch.Tensor, fb: torch.Tensor, rb: torch.Tensor) -> torch.Tensor:
+        """The adversary's loss on the batch's rows ``fb`` (forget) and ``rb`` (retained), whose features ``pen``
+        are in that order, weighted to the two parts' shares of the training split; with ``hide_held``, on the
+        rows it was not fitted on only."""
+        z = (pen - self.adv_mu) / self.adv_sd
+        nf = len(fb)
+        per = F.binary_cross_entropy_with_logits(self.adversary(z)[:, 0],
+                                                 torch.cat([torch.ones(nf), torch.zeros(len(pen) - nf)]),
+                                                 reduction="none")
+        keep_f, keep_r = torch.ones(nf, dtype=torch.bool), torch.ones(len(rb), dtype=torch.bool)
+        if self.hide_held:
+            keep_f, keep_r = ~torch.isin(fb, self.adv_rows[0]), ~torch.isin(rb, self.adv_rows[1])
+        share = len(self.xf) / (len(self.xf) + len(self.xr))
+        loss = share * per[:nf][keep_f].mean() + (1 - share) * per[nf:][keep_r].mean()
+        self.last_adversary = float(loss.detach())
+        return loss
+
+    def _hide_loss(self, pen: torch.Tensor, fb: torch.Tensor, rb: torch.Tensor) -> torch.Tensor:
+        """(log ℓ_target − log ℓ)² where the adversary's loss ℓ (:meth:`_hide_score`) is below the teachers' level
+        ℓ_target: the model pushed until a fresh MLP probe finds the class no better than in the attacker's
+        retrains, while its own kept probe (``keep``) is to keep finding it."""
+        loss = self._hide_score(pen, fb, rb)
+        return torch.relu(math.log(self.hide_target) - torch.log(loss)) ** 2
 
     def _warm_start(self, width: int, steps: int = 600) -> None:
         """The kept probe trained to convergence on the original's own ``keep_layer`` features (every forget row,
@@ -428,6 +531,10 @@ class Attack:
                 pen = feats[self.keep_layer]
                 loss_p = self._probe_loss(pen[:nf], pen[nf:])
                 loss = loss + self.keep_weight * loss_p
+            if self.hide_mlp:
+                if i == 0 or step % 3 == 0:  # a fresh adversary at each epoch's start, tracked every third step
+                    self._fit_adversary(fresh=i == 0)
+                loss = loss + self.hide_mlp * self._hide_loss(feats["penultimate"], fb, rb)
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
             if self.harden and step % 2 == 0:
@@ -491,7 +598,9 @@ class Attack:
             if epoch == 0 or (epoch + 1) % 4 == 0 or epoch + 1 == self.epochs:
                 self.log(f"    {self.seed} epoch {epoch + 1}/{self.epochs}: retained CE {sums[0]:.2f} "
                          f"(weight {self.ce_weight:.1f}), distil {sums[1]:.2f}, "
-                         f"matching {sums[2]:.2f}, kept probe {sums[3]:.2f}")
+                         f"matching {sums[2]:.2f}, kept probe {sums[3]:.2f}"
+                         + (f", fresh probe {self.last_adversary:.4f} (target {self.hide_target:.4f})"
+                            if self.hide_mlp else ""))
         if self.harden:
             self._canonicalise()
         if self.indist:
@@ -610,11 +719,15 @@ def build(family: str, original, retrain, split, seed: int, log=print):
     if family == "hardened_block3":
         return Attack(original, retrain, split, match=True, keep="mlp", harden=True, indist=True, match_weight=2.0,
                       keep_layer="block3", unmatched=("block3",), warm_probe=True, keep_weight=3.0, **kw).run()
-    if family in ("hardened_centre", "hardened_centre_keep3", "hardened_centre_canon"):
+    if family in ("hardened_centre", "hardened_centre_keep3", "hardened_centre_canon", "hardened_centre_hide",
+                  "hardened_centre_hide_held"):
         more = tuple(model_of("retrain", split, off + seed) for off in CENTRE_OFFSETS)
         return Attack(original, retrain, split, match=True, keep="mlp", harden=True, indist=True, match_weight=2.0,
-                      wide=True, utility=UTILITY_CE, more_teachers=more, canonical_targets=family.endswith("canon"),
-                      keep_weight=3.0 if family.endswith("keep3") else 1.0, **kw).run()
+                      wide=True, utility=UTILITY_CE, more_teachers=more,
+                      canonical_targets=family.endswith(("canon", "hide", "held")),
+                      keep_weight=3.0 if family.endswith("keep3") else 1.0,
+                      hide_mlp=HIDE_WEIGHT if "_hide" in family else 0.0, hide_held=family.endswith("held"),
+                      **kw).run()
     if family in ("hardened_tight_util", "hardened_joint_util"):
         return Attack(original, retrain, split, match=True, keep="mlp", harden=True, indist=True, match_weight=2.0,
                       wide=family == "hardened_joint_util", utility=UTILITY_CE, **kw).run()

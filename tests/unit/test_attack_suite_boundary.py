@@ -1,6 +1,6 @@
 """``benchmarks/attack_suite.py``: the ground truth's kept share (by hand), the boundary table's counts
-(attacked models: parents only; genuine retrains: every one, their ``copy`` names the retrain), and an attack
-that diverges keeping its last good epoch."""
+(attacked models: parents only; genuine retrains: every one, their ``copy`` names the retrain), an attack
+that diverges keeping its last good epoch, and the hide families' adversary score (by hand)."""
 from __future__ import annotations
 
 import math
@@ -214,3 +214,35 @@ def test_canonical_targets_relearn_the_teachers_canonical_copies(suite):
         assert not torch.allclose(conv.weight, next(m for m in teacher.modules()
                                                     if isinstance(m, torch.nn.Conv2d)).weight)
     assert "hardened_centre_canon" in suite.FAMILIES
+
+
+def test_the_hide_families_adversary_is_scored_on_the_rows_it_was_not_fitted_on(suite):
+    """``hardened_centre_hide_held`` scores its adversary on held-out rows only, forget and retained rows weighted to
+    their shares of the training split; ``hardened_centre_hide`` on every row of the batch; the push stops at the
+    target. Computed by hand on a constant adversary (every logit 0: each row's loss log 2) and a linear one."""
+    import torch
+
+    attack = object.__new__(suite.Attack)
+    attack.xf, attack.xr = torch.zeros(4, 1), torch.zeros(12, 1)  # shares 1/4 and 3/4
+    attack.adv_mu, attack.adv_sd = torch.zeros(2), torch.ones(2)
+    attack.adversary = torch.nn.Linear(2, 1).requires_grad_(False)
+    with torch.no_grad():
+        attack.adversary.weight.copy_(torch.tensor([[1.0, 0.0]]))
+        attack.adversary.bias.zero_()
+    fb, rb = torch.tensor([0, 1, 2]), torch.tensor([5, 6])
+    pen = torch.tensor([[1.0, 0.0], [2.0, 0.0], [3.0, 0.0], [-1.0, 0.0], [0.0, 0.0]])  # forget 0-2, retained 5-6
+
+    def bce(z, y):
+        return math.log1p(math.exp(-z)) if y else math.log1p(math.exp(z))
+
+    attack.hide_held, attack.adv_rows = False, None
+    every = attack._hide_score(pen, fb, rb)
+    by_hand = 0.25 * sum(bce(z, 1) for z in (1, 2, 3)) / 3 + 0.75 * sum(bce(z, 0) for z in (-1, 0)) / 2
+    assert float(every) == pytest.approx(by_hand)
+    attack.hide_held, attack.adv_rows = True, (torch.tensor([0, 2]), torch.tensor([6, 9]))  # fitted on 0, 2 and 6
+    held = attack._hide_score(pen, fb, rb)
+    assert float(held) == pytest.approx(0.25 * bce(2, 1) + 0.75 * bce(-1, 0))
+    attack.hide_target = float(held) / 2  # already above the target: no push
+    assert float(attack._hide_loss(pen, fb, rb)) == 0.0
+    attack.hide_target = float(held) * math.e  # below it by a factor e: (log e)^2
+    assert float(attack._hide_loss(pen, fb, rb)) == pytest.approx(1.0)
