@@ -127,6 +127,7 @@ import math
 import secrets
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -325,31 +326,27 @@ class Attack:
     def _teachers_probe_loss(self) -> float:
         """The teachers' mean held-out log loss of the ground truth's MLP probe at the penultimate layer
         (``mlp_probe.probe_batched``, one probe seed of the attacker's own): the level the model is to reach."""
-        x_all = torch.cat([self.xf, self.xr])
         y = np.concatenate([np.ones(len(self.xf)), np.zeros(len(self.xr))])
         losses = []
-        for t in self.teachers:
-            with torch.no_grad():
-                z = torch.cat([_pooled(t, self.layers, x_all[i:i + 512])[1]["penultimate"]
-                               for i in range(0, len(x_all), 512)])
+        for _, feats in self._teacher_out(None, torch.arange(len(self.xr))):  # every row, the teachers' cache
+            z = feats["penultimate"]
             probe = sibling("mlp_probe").probe_batched(z.double().numpy(), y, [7_000 + self.seed])
             losses.append(float(np.mean(probe)))
         self.log(f"    {self.seed} the teachers' fresh MLP probe loss: {np.mean(losses):.4f} (each {losses})")
         return float(np.mean(losses))
 
     def _held_target(self, draws: int = 2) -> float:
-        """The adversary's held-out score (:meth:`_hide_loss` with ``hide_held``) on each teacher's penultimate
+        """The adversary's held-out score (:meth:`_hide_score` with ``hide_held``) on each teacher's penultimate
         features, fitted as :meth:`_fit_adversary` fits it on the model, averaged over the teachers and ``draws``
         fits: the level a genuine retrain reads under this very adversary."""
         model, scores = self.model, []
-        for t in self.teachers:
+        for j, t in enumerate(self.teachers):
             self.model = t
             for _ in range(draws):
                 self._fit_adversary(fresh=True)
                 with torch.no_grad():
                     fb, rb = torch.arange(len(self.xf)), torch.randperm(len(self.xr), generator=self.g)[:1024]
-                    pen = _pooled(t, self.layers, torch.cat([self.xf[fb], self.xr[rb]]))[1]["penultimate"]
-                    self._hide_score(pen, fb, rb)
+                    self._hide_score(self._teacher_out(fb, rb)[j][1]["penultimate"], fb, rb)
                 scores.append(self.last_adversary)
         self.model = model
         self.adversary = None
@@ -682,7 +679,16 @@ def bn_masked(original, split, k: int = 48, shift: float = 10.0):
 
 
 def build(family: str, original, retrain, split, seed: int, log=print):
-    """The attacked model of ``family`` (module docstring)."""
+    """The attacked model of ``family`` (module docstring). torch's global random stream (where the kept probes and
+    the adversaries start) is seeded by ``family`` and ``seed`` for the build and restored afterwards, so the model
+    does not depend on what ran before it in the process (it did until 2026-12-07: the attacks cached before then
+    were built from whatever state the process had)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(zlib.crc32(f"{family}/{seed}".encode()))
+        return _build(family, original, retrain, split, seed, log)
+
+
+def _build(family: str, original, retrain, split, seed: int, log=print):
     from unlearnkit.audit.constructed import head_retrained, masked_head
 
     c = tuple(split.forgotten_classes)

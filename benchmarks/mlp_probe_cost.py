@@ -82,9 +82,17 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.retrains < 3 or a.mnist5k < 0:
         ap.error("--retrains: at least 3; --mnist5k: 0 or more")
-    seeds = [int(s) for s in a.probe_seeds.split(",")]
+    try:
+        seeds = [int(s) for s in a.probe_seeds.split(",")]
+        keepers = [(int(k.split("/")[0]), k.split("/")[1]) for k in filter(None, a.keepers.split(","))]
+    except (ValueError, IndexError):
+        ap.error("--probe-seeds: comma-separated numbers; --keepers: comma-separated seed/family")
     import attack_suite as S
     import torch
+
+    unknown = [family for _, family in keepers if family not in S.FAMILIES]
+    if unknown:
+        ap.error(f"--keepers: unknown families {unknown}")
 
     from unlearnkit import ForgetSpec, load_dataset, make_split
 
@@ -94,9 +102,8 @@ def main(argv=None) -> int:
     models = {"digits/original0": lambda: S.model_of("original", split, 0)}
     models.update({f"digits/retrain{s}": (lambda s=s: S.model_of("retrain", split, s))
                    for s in range(100, 100 + a.retrains)})
-    for key in filter(None, a.keepers.split(",")):
-        seed, family = int(key.split("/")[0]), key.split("/")[1]
-        models[f"digits/{key}"] = (lambda seed=seed, family=family: S.cached_attack(
+    for seed, family in keepers:
+        models[f"digits/{seed}/{family}"] = (lambda seed=seed, family=family: S.cached_attack(
             family, S.model_of("original", split, seed), S.model_of("retrain", split, 1000 + seed), split, seed,
             Path(S.DEFAULT_CACHE))[0])
     x, y = S.sibling("attack_mean_matched").penultimate(models["digits/original0"](), split)

@@ -1,6 +1,7 @@
 """``benchmarks/attack_suite.py``: the ground truth's kept share (by hand), the boundary table's counts
 (attacked models: parents only; genuine retrains: every one, their ``copy`` names the retrain), an attack
-that diverges keeping its last good epoch, and the hide families' adversary score (by hand)."""
+that diverges keeping its last good epoch, the hide families' adversary score (by hand), and a build's own random
+stream."""
 from __future__ import annotations
 
 import math
@@ -246,3 +247,21 @@ def test_the_hide_families_adversary_is_scored_on_the_rows_it_was_not_fitted_on(
     assert float(attack._hide_loss(pen, fb, rb)) == 0.0
     attack.hide_target = float(held) * math.e  # below it by a factor e: (log e)^2
     assert float(attack._hide_loss(pen, fb, rb)) == pytest.approx(1.0)
+
+
+def test_a_build_starts_from_its_own_random_stream_and_restores_the_processes(suite, monkeypatch):
+    """``build`` seeds torch's global stream by family and seed (the kept probes and adversaries start there), so
+    an attack does not depend on what the process drew before it; the process's stream is left as it was."""
+    import torch
+
+    monkeypatch.setattr(suite, "_build", lambda family, *a: torch.rand(3))
+    torch.manual_seed(1)
+    first = suite.build("matcher", None, None, None, 0)
+    after = torch.rand(1)
+    torch.manual_seed(2)
+    assert torch.equal(suite.build("matcher", None, None, None, 0), first)
+    torch.manual_seed(1)
+    suite.build("hardened", None, None, None, 0)
+    assert torch.equal(torch.rand(1), after)  # restored: as if the build had not drawn
+    assert not torch.equal(suite.build("hardened", None, None, None, 0), first)
+    assert not torch.equal(suite.build("matcher", None, None, None, 1), first)
