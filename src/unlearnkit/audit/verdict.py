@@ -57,6 +57,10 @@ from .checks import INSIDE, Check
 from .config import AuditConfig
 from .joint import Joint
 
+#: below this many references an ``erased`` verdict says it is not known to hold against a party that attacks the
+#: audit (docs/audit.md, "How many references": digits, the strongest attack built, ``hardened_centre_canon``,
+#: certified in 5 of 20 keepers' audits at K = 5, none of 20 at K = 8)
+REFERENCES_UNDER_ATTACK = 8
 VERDICTS = ("erased", "suppressed", "overforgotten", "collapsed", "not_forgotten", "inconclusive")
 #: CKA (standardised units) to the original at or above which a layer counts as kept from the original,
 #: when the references' CKA to the original is below it (said in the evidence).
@@ -394,6 +398,12 @@ def erased(m: Measurements) -> Decision:
     for cs in best.values():
         if cs:
             lines.append(f"e.g. {describe(max(cs, key=lambda c: abs(c.result.kept)))}")
+    if m.n_refs < REFERENCES_UNDER_ATTACK:
+        lines.append(f"strength: {m.n_refs} references certify a method that forgets in good faith; against a party "
+                     f"that attacks the audit with retrains of its own, the attack suite got a model that keeps the "
+                     f"class certified with 5 references and none with {REFERENCES_UNDER_ATTACK} (docs/audit.md, "
+                     f"\"How many references\"): where that is the threat, audit with {REFERENCES_UNDER_ATTACK} or more "
+                     f"(16 on digits-sized data)")
     return Decision("erased", lines + untested_lines(m))
 
 

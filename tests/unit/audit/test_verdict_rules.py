@@ -68,6 +68,16 @@ def test_a_model_like_the_references_everywhere_is_erased():
     assert any("certified" in e for e in d.evidence)
 
 
+def test_an_erased_verdict_with_fewer_references_than_an_attacked_audit_needs_says_so():
+    """Below ``REFERENCES_UNDER_ATTACK`` the certificate names its known limit; from there on it does not."""
+    from unlearnkit.audit.verdict import REFERENCES_UNDER_ATTACK
+
+    strength = [e for e in decide(_m(_all_within(0.0), n_refs=5)).evidence if e.startswith("strength:")]
+    assert len(strength) == 1 and "5 references" in strength[0] and f"{REFERENCES_UNDER_ATTACK} or more" in strength[0]
+    d = decide(_m(_all_within(0.0), n_refs=REFERENCES_UNDER_ATTACK))
+    assert d.verdict == "erased" and not any(e.startswith("strength:") for e in d.evidence)
+
+
 def test_a_model_at_the_original_is_flagged_by_the_family_that_sees_it():
     ms = _all_within(0.0)
     ms[1] = _measure("representation", "separability", 1.0)
