@@ -402,8 +402,8 @@ def erased(m: Measurements) -> Decision:
         lines.append(f"strength: {m.n_refs} references certify a method that forgets in good faith; against a party "
                      f"that attacks the audit with retrains of its own, the attack suite got a model that keeps the "
                      f"class certified with 5 references and none with {REFERENCES_UNDER_ATTACK} (docs/audit.md, "
-                     f"\"How many references\"): where that is the threat, audit with {REFERENCES_UNDER_ATTACK} or more "
-                     f"(16 on digits-sized data)")
+                     f"\"How many references\"): where that is the threat, audit with {REFERENCES_UNDER_ATTACK} or "
+                     f"more (16 on digits-sized data)")
     return Decision("erased", lines + untested_lines(m))
 
 
