@@ -265,3 +265,29 @@ def test_a_build_starts_from_its_own_random_stream_and_restores_the_processes(su
     assert torch.equal(torch.rand(1), after)  # restored: as if the build had not drawn
     assert not torch.equal(suite.build("hardened", None, None, None, 0), first)
     assert not torch.equal(suite.build("matcher", None, None, None, 1), first)
+
+
+def test_the_long_canon_family_is_the_canon_family_trained_twice_as_long(suite, monkeypatch):
+    """``hardened_centre_canon_long``: every setting of ``hardened_centre_canon`` but the epochs, doubled (6 → 12 on
+    mnist5k, 12 → 24 on digits)."""
+    from types import SimpleNamespace
+
+    seen = {}
+
+    class Recorder:
+        def __init__(self, *args, **kw):
+            seen[len(seen)] = kw
+
+        def run(self):
+            return None
+
+    monkeypatch.setattr(suite, "Attack", Recorder)
+    monkeypatch.setattr(suite, "model_of", lambda kind, split, seed: seed)
+    for name in ("digits", "mnist5k"):
+        split = SimpleNamespace(forgotten_classes=(3,), dataset=SimpleNamespace(name=name))
+        for family in ("hardened_centre_canon", "hardened_centre_canon_long"):
+            suite._build(family, None, None, split, 0)
+    canon_d, long_d, canon_m, long_m = (seen[i] for i in range(4))
+    assert (canon_d["epochs"], long_d["epochs"], canon_m["epochs"], long_m["epochs"]) == (12, 24, 6, 12)
+    assert {k: v for k, v in long_m.items() if k != "epochs"} == {k: v for k, v in canon_m.items() if k != "epochs"}
+    assert long_m["canonical_targets"] and long_m["more_teachers"] == (2000, 3000, 4000)
