@@ -99,7 +99,9 @@ R*; trained on the training split only):
 * ``hardened_centre_canon_long``: ``hardened_centre_canon`` trained twice as long (24 epochs on digits, 12 on
   mnist5k). Why: on mnist5k every centre family read `suppressed` on the output agreement after its six epochs (the
   model still ordered the forget examples as the original, kept 0.50-0.64), where the digits ones, trained twelve,
-  passed it; an attacker is not held to six epochs;
+  passed it; an attacker is not held to six epochs. Measured (docs/audit.md): on mnist5k the three that were built
+  (seed 2's diverged in its first epoch) keep the class and are still flagged on the output agreement; on digits
+  the longer training cost the attacker the class;
 * ``kept_stage``: the original's first two stages frozen, the rest fine-tuned as the distiller;
 * ``mean_matched``: issue 28's attack (``attack_mean_matched.mean_matched``);
 * every family's bit-identical copies (``attack_reparam.copies``: units rescaled by powers of two up to 2^±120,
