@@ -26,7 +26,9 @@ It prints each wall time and its ratio to the bare passes, and where the full au
 lets malloc reuse freed memory (``tune_cpu_allocator``; ``--default-malloc`` does not). ``--solver`` picks the
 reported probes' solver (auto: scipy's L-BFGS-B on the CPU; the batched solver on a GPU);
 ``--ab-probe-processes N`` alternates N audits with the probe fits in forked processes
-(``AuditConfig.probe_processes``) and on threads.
+(``AuditConfig.probe_processes``) and on threads. ``--mlp-probe off`` times the audit without the MLP probe test
+(``audit/probe_test.py``; with the default ``auto`` it runs below 8 references, and only where every other test
+certifies: not on the masked original, so ``--audited retrain`` times an audit where it runs).
 """
 from __future__ import annotations
 
@@ -85,6 +87,12 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=2, help="best of N for every timing")
     p.add_argument("--solver", default="auto", choices=["auto", "scipy", "sklearn", "batched"], help="probe solver")
     p.add_argument("--idi", action="store_true", help="also time the audit with IDI (trains critics)")
+    p.add_argument("--audited", default="masked", choices=["masked", "retrain"],
+                   help="the audited model: the original with the class masked at its output (suppressed), or a "
+                        "genuine retrain of seed 100 (usually certified: the only case where the MLP probe test runs)")
+    p.add_argument("--mlp-probe", default="auto", choices=["auto", "on", "off"],
+                   help="AuditConfig.mlp_probe of the timed audits (auto, the default: the MLP probe test runs with "
+                        "3 to 7 references; its jobs share the resurfacing checks' pool)")
     p.add_argument("--ab-probe-processes", type=int, default=0, metavar="N",
                    help="also alternate N full audits with the probe fits in processes and on threads")
     p.add_argument("--default-malloc", action="store_true",
@@ -111,7 +119,8 @@ def main() -> None:
     original = reference_model("original", split, name, recipe, seed=0, model_kwargs=kwargs, progress=False).model
     retrain = [reference_model("retrain", split, name, recipe, seed=s, model_kwargs=kwargs, progress=False).model
                for s in range(a.references)]
-    unlearned = _masked(original, (a.forget_class,))
+    unlearned = (_masked(original, (a.forget_class,)) if a.audited == "masked" else
+                 reference_model("retrain", split, name, recipe, seed=100, model_kwargs=kwargs, progress=False).model)
     models = (original, unlearned, *retrain)
     layers = audit_layers(original)
 
@@ -127,7 +136,8 @@ def main() -> None:
         for m in models:
             model_outputs(m, split, layers)
 
-    cfg = AuditConfig(n_jobs=a.jobs, probe_solver=a.solver, audit_seed=1)  # one seed: a run's audits share it
+    # one audit seed: a run's audits share it
+    cfg = AuditConfig(n_jobs=a.jobs, probe_solver=a.solver, audit_seed=1, mlp_probe=a.mlp_probe)
     bare()  # warm-up (allocator, kernels)
     audit(original, unlearned, retrain, split, config=AuditConfig(n_splits=2, audit_seed=1))
     n_rows = sum(len(getattr(split, p)) for p in PARTS)
@@ -137,7 +147,7 @@ def main() -> None:
     reports = []
     t_full = _best(lambda: reports.append(audit(original, unlearned, retrain, split, config=cfg)), a.repeats)
     no_res = AuditConfig(n_jobs=a.jobs, probe_solver=a.solver, bn_recalibration=False, relearn=False,
-                         head_refit=False, head_relearn=False, audit_seed=1)
+                         head_refit=False, head_relearn=False, audit_seed=1, mlp_probe=a.mlp_probe)
     t_nores = _best(lambda: audit(original, unlearned, retrain, split, config=no_res), a.repeats)
     rep = reports[-1]
 
@@ -166,7 +176,8 @@ def main() -> None:
           f"references) x {n_rows} rows "
           f"(train forget + train retain + test); torch threads {torch.get_num_threads()}, "
           f"CPUs {os.cpu_count()}, probe solver {a.solver}, probe threads {a.jobs or 'auto'}, "
-          f"freed memory reused (tune_cpu_allocator): {tuned}; best of {a.repeats}")
+          f"freed memory reused (tune_cpu_allocator): {tuned}; MLP probe test {a.mlp_probe} "
+          f"({'ran' if rep.mlp_probe is not None else 'did not run'}); best of {a.repeats}")
     print(f"{'what':48s} {'wall s':>8s} {'x bare':>8s}")
     rows = [("bare forward passes (logits only)", t_bare),
             ("feature extraction (all audit layers + logits)", t_feat),

@@ -40,59 +40,15 @@ def probe(x: np.ndarray, y: np.ndarray, seed: int) -> tuple[float, float]:
     return float(log_loss(y, p)), float(roc_auc_score(y, p))
 
 
-def _glorot(b: int, fan_in: int, fan_out: int, factor: float, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """scikit-learn's MLP initialisation for ``b`` fits: weights and biases uniform in ±sqrt(factor / (in + out))."""
-    bound = math.sqrt(factor / (fan_in + fan_out))
-    w = (torch.rand(b, fan_in, fan_out, generator=g) * 2 - 1) * bound
-    return w.requires_grad_(), ((torch.rand(b, 1, fan_out, generator=g) * 2 - 1) * bound).requires_grad_()
+def probe_batched(x: np.ndarray, y: np.ndarray, seeds: list[int], **kw) -> list[float]:
+    """Held-out (5-fold) log loss per seed of the probe of :func:`probe`, its 5 × len(seeds) fits trained together:
+    :func:`unlearnkit.metrics.mlp_probe.heldout_log_loss`, the audit's own copy (its docstring says where it differs
+    from scikit-learn's; ``benchmarks/mlp_probe_cost.py`` measures how they agree). Until 2026-12-08 this was a copy
+    of it here without the audit's feature preparation (dead units by each unit's own scale, a canonical unit order):
+    the committed results read before then came from that copy."""
+    from unlearnkit.metrics.mlp_probe import heldout_log_loss
 
-
-def probe_batched(x: np.ndarray, y: np.ndarray, seeds: list[int], *, hidden: int = 64, alpha: float = 1e-3,
-                  epochs: int = 120, batch: int = 200, lr: float = 1e-3) -> list[float]:
-    """Held-out (5-fold) log loss per seed of the probe of :func:`probe`, its 5 × len(seeds) fits trained together.
-
-    The same folds (``StratifiedKFold(5, shuffle, random_state=seed)``), StandardScaler per fold, one hidden layer
-    of ``hidden`` ReLU units, scikit-learn's Glorot-uniform start, loss (mean binary log loss of the minibatch +
-    ``alpha`` / 2 · ||W||² / its size) and Adam (lr 1e-3, minibatches of 200). Differences, for batching: a fixed
-    ``epochs`` (scikit-learn stops when the training loss has not improved by 1e-4 for 10 epochs: 116-124 epochs on
-    a digits retrain; on a few hundred rows, one minibatch an epoch, it takes fewer steps than scikit-learn and reads
-    a higher loss), every fit's epoch the smallest fold's size (at most a few rows fewer), torch's Adam (scikit-learn's
-    but for where ε enters), float32, torch's random streams. Its losses are not scikit-learn's, digit for digit:
-    ``benchmarks/mlp_probe_cost.py`` measures how they agree and what each costs."""
-    import torch.nn.functional as F
-    from sklearn.metrics import log_loss
-    from sklearn.model_selection import StratifiedKFold
-
-    splits = [fold for s in seeds for fold in StratifiedKFold(5, shuffle=True, random_state=s).split(x, y)]
-    xs, yt = torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y, dtype=torch.float32)
-    trains = [torch.as_tensor(tr) for tr, _ in splits]
-    mu = torch.stack([xs[t].mean(0) for t in trains])
-    sd = torch.stack([xs[t].std(0, unbiased=False) for t in trains])
-    sd[sd < 1e-12] = 1.0
-    z = (xs[None] - mu[:, None]) / sd[:, None]  # (fits, rows, features): each fit's own scaler
-    g = torch.Generator().manual_seed(seeds[0])
-    (w1, b1), (w2, b2) = _glorot(len(splits), x.shape[1], hidden, 6.0, g), _glorot(len(splits), hidden, 1, 2.0, g)
-    opt = torch.optim.Adam([w1, b1, w2, b2], lr=lr)
-    n_tr = min(len(t) for t in trains)
-
-    def logits(rows: torch.Tensor) -> torch.Tensor:  # rows: (fits, m) -> (fits, m)
-        xb = torch.gather(z, 1, rows[..., None].expand(-1, -1, z.shape[2]))
-        return torch.baddbmm(b2, torch.relu(torch.baddbmm(b1, xb, w1)), w2).squeeze(-1)
-
-    for _ in range(epochs):
-        order = torch.stack([t[torch.randperm(len(t), generator=g)[:n_tr]] for t in trains])
-        for i in range(0, n_tr, batch):
-            rows = order[:, i:i + batch]
-            fit = F.binary_cross_entropy_with_logits(logits(rows), yt[rows], reduction="none").mean(1)
-            l2 = (w1 ** 2).sum((1, 2)) + (w2 ** 2).sum((1, 2))
-            opt.zero_grad()
-            (fit + 0.5 * alpha * l2 / rows.shape[1]).sum().backward()
-            opt.step()
-    p = np.zeros((len(seeds), len(y)))
-    with torch.no_grad():
-        for j, (_, te) in enumerate(splits):
-            p[j // 5, te] = torch.sigmoid(logits(torch.as_tensor(te)[None].expand(len(splits), -1))[j]).numpy()
-    return [float(log_loss(y, np.clip(q, 1e-7, 1 - 1e-7))) for q in p]
+    return heldout_log_loss(x, y, seeds, **kw)
 
 
 def features(model, split, layers, max_retain: int, seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:

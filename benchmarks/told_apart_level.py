@@ -78,10 +78,37 @@ def audits(seed: int, ks: list[int], n_audit: int, S, split, genuine_gt: dict, l
                                                                                   10.0, 0.75)
                 rows.append({"seed": seed, "k": k, "model": name, "audit_seed": cfg.audit_seed,
                              "keeps_class": kept, "keeps_why": why, "verdict_at": at, "verdict": rep.verdict,
+                             "mlp_probe": rep.mlp_probe.to_dict() if rep.mlp_probe is not None else None,
+                             "erased_without_probe": erased_without_probe(rep.verdict, rep.evidence),
                              **({"measures": [asdict(m) for m in measures]} if keep_measures else {})})
                 print(f"s{seed} K={k} {name:22s} keeps={kept!s:5s} " +
                       " ".join(f"{lv}:{v[:6]}" for lv, v in at.items()), flush=True)
     return rows
+
+
+def erased_without_probe(verdict: str, evidence: list[str]) -> bool:
+    """Whether the audit would have read `erased` without the MLP probe test (audit/probe_test.py): `erased`, or
+    `inconclusive` with the probe test the only told-apart line (``verdict.distinguishable``, the rule before
+    `erased`, then had nothing else to say)."""
+    told = [e for e in evidence if e.startswith("told apart from the references")]
+    probe_only = bool(told) and all(e.startswith("told apart from the references by the MLP probe") for e in told)
+    return verdict == "erased" or (verdict == "inconclusive" and probe_only)
+
+
+def probe_table(rows: list[dict], cp) -> list[str]:
+    """Per K: keepers' and genuine retrains' audits `erased`, with the MLP probe test (as run) and without it."""
+    lines = ["| K | MLP probe test ran | keepers' `erased` | without the probe | genuine `erased` | without it |",
+             "|---|---|---|---|---|---|"]
+    for k in sorted({r["k"] for r in rows}):
+        cells = []
+        for group in (lambda r: r["keeps_class"], lambda r: r["model"].startswith("retrain")):
+            rs = [r for r in rows if r["k"] == k and group(r) and "erased_without_probe" in r]
+            for n in (sum(r["verdict"] == "erased" for r in rs), sum(r["erased_without_probe"] for r in rs)):
+                lo, hi = cp(n, len(rs))
+                cells.append(f"{n}/{len(rs)} [{100 * lo:.1f}, {100 * hi:.1f} %]")
+        ran = sum(r.get("mlp_probe") is not None for r in rows if r["k"] == k)
+        lines.append(f"| {k} | {ran} audits | " + " | ".join(cells) + " |")
+    return lines
 
 
 def table(rows: list[dict], levels: list[float], cp) -> list[str]:
@@ -163,10 +190,13 @@ def report(rows: list[dict], levels: list[float], args: dict, t0: float, out: st
     from unlearnkit.audit import AuditConfig
     from unlearnkit.checkpoints import atomic_write_text
 
-    lines = table(rows, levels, S.sibling("audit_calibrate").clopper_pearson)
+    cp = S.sibling("audit_calibrate").clopper_pearson
+    lines = table(rows, levels, cp)
     seeds = per_seed(rows, AuditConfig().told_apart_level)
-    print("\n".join(lines + [""] + seeds))
+    probe = probe_table(rows, cp)
+    print("\n".join(lines + [""] + seeds + [""] + probe))
     atomic_write_text(out, json.dumps({"args": args, "rows": rows, "table": lines, "per_seed": seeds,
+                                       "probe_table": probe,
                                        "elapsed_s": time.perf_counter() - t0}, indent=1) + "\n")
     print(f"wrote {out} ({time.perf_counter() - t0:.0f} s)")
 

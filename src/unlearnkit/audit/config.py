@@ -12,6 +12,11 @@ from ..errors import UserError
 AUDIT_DATA = ("auto", "test", "train")
 PROBE_SOLVERS = ("auto", "batched", "sklearn", "scipy")
 CI_METHODS = ("corrected_t", "t", "percentile")
+MLP_PROBE = ("auto", "on", "off")  # audit/probe_test.py: when the MLP probe test runs
+#: below this many references an ``erased`` verdict says it is not known to hold against a party that attacks the
+#: audit (docs/audit.md, "How many references": digits, the strongest attack built, ``hardened_centre_canon``,
+#: certified in 5 of 20 keepers' audits at K = 5, none of 20 at K = 8)
+REFERENCES_UNDER_ATTACK = 8
 
 #: How the audit's false-flag budget (1 − ``confidence``: the most often a genuine retrain may be flagged) is
 #: split among the families of deciding statistics (:mod:`unlearnkit.audit.checks`; Holm within a family at
@@ -136,7 +141,12 @@ class AuditConfig:
     (beyond the references' prediction bound, Holm within the family at its share of ``told_apart_level``,
     material or not: not erased; recovering less than the references does not count), nor told apart **jointly**
     (:mod:`unlearnkit.audit.joint`: the root mean square of the model's standardised deviations over every
-    informative statistic beyond the references' own, at ``joint_level``). Both levels are 0.05, the flag's
+    informative statistic beyond the references' own, at ``joint_level``), nor told apart by the **MLP probe test**
+    (:mod:`unlearnkit.audit.probe_test`: a held-out MLP probe of the class at the penultimate layer,
+    ``mlp_probe_seeds`` probe seeds from the audit seed, up to ``mlp_probe_max_retain`` retained rows, finding the
+    class more easily than in the references at ``mlp_probe_level``, 0.2; ``mlp_probe`` "auto" runs it on class
+    requests with 3 to 7 references, where five references and the other tests let an attack through). The first
+    two levels are 0.05, the flag's
     (``told_apart_level`` None: 1 − ``confidence``, whatever the confidence): a told-apart model is only left
     open, never accused. Before the joint test (2026-12-07) ``told_apart_level``
     was 0.2, four times the flag's, because five references told models that keep a third of the original's
@@ -193,6 +203,10 @@ class AuditConfig:
     recovery_margin: float = 0.1
     told_apart_level: float | None = None  # None: the flag's level, 1 - confidence (0.05)
     joint_level: float = 0.05
+    mlp_probe: str = "auto"
+    mlp_probe_level: float = 0.2
+    mlp_probe_seeds: int = 3
+    mlp_probe_max_retain: int = 1200
     kernel_probe_splits: int = 3
     kernel_probe_landmarks: int = 200
     mmd: bool = False
@@ -270,8 +284,7 @@ class AuditConfig:
         if not 1.0 - self.confidence - 1e-12 <= self.told_apart_level < 1.0:  # NaN fails too
             raise UserError(f"told_apart_level must lie in [1 - confidence, 1) = [{1.0 - self.confidence:g}, 1) (a "
                             f"statistic that flags is told apart too), got {self.told_apart_level}")
-        if not 0.0 < self.joint_level <= 0.5:  # NaN fails too
-            raise UserError(f"joint_level must lie in (0, 0.5], got {self.joint_level}")
+        self._check_joint_and_mlp_probe()
         if self.audit_seed is not None and not 0 <= self.audit_seed < 2 ** 32:
             raise UserError(f"audit_seed must be in 0..{2 ** 32 - 1}, got {self.audit_seed}")
         if not self.relearn_lrs or not all(v > 0 for v in self.relearn_lrs):
@@ -292,11 +305,20 @@ class AuditConfig:
         for name in ("cka_max_samples", "max_probe_samples", "sample_level_max_per_side", "min_forget",
                      "knn_k", "bn_samples", "resurface_max_forget", "relearn_k", "relearn_steps",
                      "relearn_draws", "relearn_retain_k", "relearn_eval_rows", "kernel_probe_splits",
-                     "kernel_probe_landmarks", "head_refit_shots", "head_refit_draws", "head_refit_max_retain",
+                     "kernel_probe_landmarks", "mlp_probe_seeds", "mlp_probe_max_retain", "head_refit_shots",
+                     "head_refit_draws", "head_refit_max_retain",
                      "batch_size", "min_test_forget", "idi_trials", "idi_steps",
                      "idi_batch_size", "idi_max_per_side"):
             if getattr(self, name) < 1:
                 raise UserError(f"{name} must be >= 1")
+
+    def _check_joint_and_mlp_probe(self) -> None:
+        if not 0.0 < self.joint_level <= 0.5:  # NaN fails too
+            raise UserError(f"joint_level must lie in (0, 0.5], got {self.joint_level}")
+        if self.mlp_probe not in MLP_PROBE:
+            raise UserError(f"mlp_probe must be one of {', '.join(MLP_PROBE)}, not {self.mlp_probe!r}")
+        if not 0.0 < self.mlp_probe_level <= 0.5:  # NaN fails too
+            raise UserError(f"mlp_probe_level must lie in (0, 0.5], got {self.mlp_probe_level}")
 
     def to_dict(self) -> dict:
         return asdict(self)

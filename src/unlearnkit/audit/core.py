@@ -17,7 +17,8 @@
    (:mod:`unlearnkit.audit.resurface`): attacks on copies of every model, from draws of the audit seed;
 7. **IDI** (:func:`idi_entry`), when asked for;
 8. **checks and verdict**: every deciding statistic judged by one rule (:mod:`unlearnkit.audit.checks`), then
-   :func:`unlearnkit.audit.verdict.decide`.
+   :func:`unlearnkit.audit.verdict.decide`; where that reads ``erased``, the MLP probe test
+   (:mod:`unlearnkit.audit.probe_test`), which can only withhold it, and the verdict again.
 
 Every draw (relearning shots, head re-fit shots, probe splits and landmarks, BatchNorm rows) comes from the
 **audit seed** ``config.audit_seed``: drawn fresh from the operating system when None, recorded in the report
@@ -57,11 +58,12 @@ from .layers import LayerResult, assign_margins, measure_data, representation_me
 from .memo import AuditCache
 from .outputs import output_measures
 from .passes import as_model_list, forward_passes
+from .probe_test import probe_jobs
 from .probing import run_parallel
 from .relearning import relearn_plan, relearning_jobs
 from .report import AuditReport
 from .resurface import batchnorm_jobs, head_refit_jobs, head_relearn_jobs
-from .verdict import KEPT_CKA, decide, measurements
+from .verdict import KEPT_CKA, Decision, Measurements, decide, measurements
 from .vfl import transmitted_diagnostics
 
 IDI_OFF = ("not computed (AuditConfig.idi=False: it trains InfoNCE critics; `unlearnkit audit --idi` and "
@@ -156,7 +158,8 @@ def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: S
                             utility=utility, kept_layers=kept, not_applicable=not_applicable,
                             reference_forget_acc=[o["forget_acc"] for o in outs.per_reference],
                             joint=joint_deviation(checks, config.joint_level))
-    decision = decide(measured)
+    measured, decision = with_probe_test(passes, ctx, measured, decide(measured), not_applicable)
+    clock.lap("mlp_probe_s", "MLP probe test" if measured.probe is not None else "")
     prov = provenance(shas, references)
     chosen = reference_scope(prov)
     evidence = decision.evidence + scope_evidence(decision.verdict, chosen)
@@ -171,7 +174,7 @@ def audit(original: nn.Module, unlearned: nn.Module, retrained, split, layers: S
         embedding=plot_sample(datas[rests_on], passes, config),
         transmitted=transmitted_diagnostics(unlearned, results, measured, rests_on), checks=tuple(checks),
         timing=clock.timing(), task=_task(passes, ctx), references=prov, references_scope=chosen,
-        references_needed=decision.references_needed, joint=measured.joint)
+        references_needed=decision.references_needed, joint=measured.joint, mlp_probe=measured.probe)
 
 
 def inside_measures(passes: ForwardPasses, ctx: AuditContext) -> tuple[list, dict, dict]:
@@ -199,6 +202,20 @@ def inside_measures(passes: ForwardPasses, ctx: AuditContext) -> tuple[list, dic
     for name in ("head_refit", "head_relearn", "batchnorm"):
         measures = measures + done.get(name, [])
     return measures, not_applicable, report
+
+
+def with_probe_test(passes: ForwardPasses, ctx: AuditContext, measured: Measurements, decision: Decision,
+                    not_applicable: dict) -> tuple[Measurements, Decision]:
+    """(measurements, decision) with the MLP probe test (:mod:`unlearnkit.audit.probe_test`) read: where ``decision``
+    is ``erased`` and the test applies, its jobs run (the references' from the run's cache) and the verdict is
+    decided again with it; otherwise both unchanged, with why it did not run in ``not_applicable["mlp_probe"]``."""
+    pending = probe_jobs(passes, ctx)
+    if isinstance(pending, str) or decision.verdict != "erased":
+        not_applicable["mlp_probe"] = (pending if isinstance(pending, str) else
+                                       f"not needed: the other tests read {decision.verdict}, which it cannot change")
+        return measured, decision
+    measured = dataclasses.replace(measured, probe=ctx.run_pending({"mlp_probe": pending})["mlp_probe"])
+    return measured, decide(measured)
 
 
 def _kept_layers(results: dict[str, list[LayerResult]]) -> list[str]:

@@ -35,7 +35,9 @@ EXPLAIN = [
                "enough from the references, relative to their spread, for a retrain to be certified there; the "
                "'joint' row: every informative statistic together, the cube root of the mean squared standardised "
                "deviation of the model and of each reference against the others, told apart (not erased) above "
-               "the references' prediction bound at joint_level"),
+               "the references' prediction bound at joint_level; the 'mlp probe' row: the held-out log loss of an "
+               "MLP probe of the forgotten class at the penultimate layer (lower = easier to find), told apart (not "
+               "erased) below the references' prediction bound at mlp_probe_level"),
     ("separability (check)", "log U, the Gaussian-unbiased Mahalanobis distance Δμᵀ Σ_w⁻¹ Δμ of forget vs retained "
                              "features at a layer, floored at its own noise level; no rescaling, permutation or "
                              "mixing of units that leaves the model's function unchanged can move it"),
@@ -301,7 +303,8 @@ def audit_html(report: AuditReport) -> str:
         f"<img alt='kept fraction per check' src='data:image/png;base64,{figs['kept']}'>",
         "<p>What the verdict reads: every testable check's kept fraction (0 = like the retrained references, 1 = "
         "like the original) with its 95 % interval; erased needs every interval inside the green band and "
-        "none told apart from the references, one statistic at a time or all together (the joint row).</p>",
+        "none told apart from the references, one statistic at a time, all together (the joint row) or by the MLP "
+        "probe (its row, where it ran).</p>",
         ("<h2>What the verdict reads</h2>" + html_table(*check_rows(d))) if check_rows(d) else "",
         ("<h2>Relearning (accuracy, reported)</h2>" + html_table(*relearning_rows(d))) if relearning_rows(d) else "",
         ("<h2>References</h2>" + html_table(*reference_rows(d))

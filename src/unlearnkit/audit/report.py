@@ -90,7 +90,9 @@ RULE_NOTE = ("every deciding statistic is measured the same way on the unlearned
              "the references' prediction bound, Holm within its family at the family's share of told_apart_level, "
              "by less than the margin, over the informative statistics; below on a recovery statistic does not "
              "count), nor told apart jointly (the cube root of the mean of its squared standardised deviations over "
-             "every informative statistic above the references' own prediction bound, at joint_level: checks.joint)")
+             "every informative statistic above the references' own prediction bound, at joint_level: checks.joint), "
+             "nor told apart by the MLP probe test (a held-out MLP probe finding the class more easily than in the "
+             "references, below their prediction bound at mlp_probe_level: checks.mlp_probe)")
 
 
 def verdict_line(verdict: str, utility: dict | None) -> str:
@@ -131,6 +133,7 @@ class AuditReport:
     output_test: Any = None  # metrics.output_test.OutputTest: the output membership test (None: no forget rows)
     utility: dict = field(default_factory=dict)  # core.utility_loss: the utility axis
     joint: Any = None  # joint.Joint: the joint told-apart test over every informative statistic (None: not run)
+    mlp_probe: Any = None  # probe_test.ProbeTest: the MLP probe's told-apart test (None: not run)
 
     @property
     def verdict_line(self) -> str:
@@ -172,7 +175,9 @@ class AuditReport:
             "checks": {"items": [c.to_dict() for c in self.checks], "size": len(self.checks),
                        "kept_margin": self.config.kept_margin, "correction": "holm within each family",
                        "alpha": 1.0 - self.config.confidence, "told_apart_level": self.config.told_apart_level,
-                       "joint": self.joint.to_dict() if self.joint is not None else None, "rule": RULE_NOTE},
+                       "joint": self.joint.to_dict() if self.joint is not None else None,
+                       "mlp_probe": self.mlp_probe.to_dict() if self.mlp_probe is not None else None,
+                       "rule": RULE_NOTE},
             "idi": self.idi,
             "cka": ("centered (Kornblith 2019), on standardised units" if self.config.center
                     else "uncentered (Mirage code)"),

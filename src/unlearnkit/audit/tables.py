@@ -91,6 +91,13 @@ def check_rows(d: dict) -> tuple[list[str], list[list[str]]] | None:
                 else f"within (bound {_f(joint.get('bound'))}, p {joint['p']:.2g})")
         rows.append(["joint", "joint deviation", f"{joint['n_checks']} informative statistics", _f(joint.get("value")),
                      "n/a", rng, "n/a", says])
+    probe = (d.get("checks") or {}).get("mlp_probe")
+    if probe:  # the MLP probe test (audit/probe_test.py): lower log loss = the class easier to find
+        refs = probe.get("references") or []
+        rng = f"{min(refs):.4f}..{max(refs):.4f}" if refs else "n/a"
+        says = f"{'told apart' if probe.get('told_apart') else 'within'} (p {probe['p']:.2g}, level {probe['level']:g})"
+        rows.append(["mlp probe", "held-out log loss", probe["layer"], _f(probe.get("value"), "{:.4f}"), "n/a", rng,
+                     "n/a", says])
     return header, rows
 
 

@@ -54,13 +54,10 @@ from scipy import stats
 
 from ..metrics.equivalence import excess_to_test, references_to_certify, references_to_test, upper_prediction_bound
 from .checks import INSIDE, Check
-from .config import AuditConfig
+from .config import REFERENCES_UNDER_ATTACK, AuditConfig
 from .joint import Joint
+from .probe_test import ProbeTest
 
-#: below this many references an ``erased`` verdict says it is not known to hold against a party that attacks the
-#: audit (docs/audit.md, "How many references": digits, the strongest attack built, ``hardened_centre_canon``,
-#: certified in 5 of 20 keepers' audits at K = 5, none of 20 at K = 8)
-REFERENCES_UNDER_ATTACK = 8
 VERDICTS = ("erased", "suppressed", "overforgotten", "collapsed", "not_forgotten", "inconclusive")
 #: CKA (standardised units) to the original at or above which a layer counts as kept from the original,
 #: when the references' CKA to the original is below it (said in the evidence).
@@ -86,6 +83,7 @@ class Measurements:
     not_applicable: dict = field(default_factory=dict)  # family/check -> why it did not run
     reference_forget_acc: tuple[float, ...] = ()  # each reference's forget accuracy (percent)
     joint: Joint | None = None  # joint.joint_deviation: the joint told-apart test (None: not run)
+    probe: ProbeTest | None = None  # probe_test: the MLP probe's told-apart test (None: not run)
 
     @property
     def alpha(self) -> float:
@@ -114,11 +112,11 @@ class Decision:
 def measurements(*, outputs_unlearned: dict, outputs_retrained: dict, checks: list[Check], n_forget: dict[str, int],
                  sample_level: bool, n_train_forget: int, n_refs: int, config: AuditConfig, utility: dict | None = None,
                  kept_layers=(), not_applicable: dict | None = None, reference_forget_acc=(),
-                 joint: Joint | None = None) -> Measurements:
+                 joint: Joint | None = None, probe: ProbeTest | None = None) -> Measurements:
     """The record the rules read."""
     return Measurements(outputs_unlearned, outputs_retrained, tuple(checks), n_forget, sample_level, n_train_forget,
                         n_refs, config, utility or {}, tuple(kept_layers), dict(not_applicable or {}),
-                        tuple(float(a) for a in reference_forget_acc), joint)
+                        tuple(float(a) for a in reference_forget_acc), joint, probe)
 
 
 # --- evidence text -----------------------------------------------------------------------------------
@@ -362,7 +360,8 @@ def distinguishable(m: Measurements) -> Decision | None:
     indistinguishable from retrain, so it is not certified."""
     off = [c for c in m.informative if c.deviates]
     joint = m.joint if m.joint is not None and m.joint.told_apart else None
-    if not off and joint is None:
+    probe = m.probe if m.probe is not None and m.probe.told_apart else None
+    if not off and joint is None and probe is None:
         return None
     lines = []
     if off:
@@ -378,6 +377,11 @@ def distinguishable(m: Measurements) -> Decision | None:
                      f"the others, is {rms[1]:.2f} to {rms[2]:.2f} (bound {rms[3]:.2f}, p = {joint.p:.2g} at level "
                      f"{joint.level:g}), though each statistic keeps less than its margin; erased needs "
                      f"indistinguishable from retrain")
+    if probe is not None:
+        lines.append(f"told apart from the references by the MLP probe test: at {probe.layer} a held-out MLP probe "
+                     f"finds the forgotten class with log loss {probe.value:.4f}, the references' "
+                     f"{min(probe.references):.4f} to {max(probe.references):.4f} (lower: easier to find; p = "
+                     f"{probe.p:.2g} at level {probe.level:g}); erased needs indistinguishable from retrain")
     return Decision("inconclusive", lines + untested_lines(m))
 
 
@@ -398,7 +402,13 @@ def erased(m: Measurements) -> Decision:
     for cs in best.values():
         if cs:
             lines.append(f"e.g. {describe(max(cs, key=lambda c: abs(c.result.kept)))}")
-    if m.n_refs < REFERENCES_UNDER_ATTACK:
+    if m.n_refs < REFERENCES_UNDER_ATTACK and m.probe is not None:
+        lines.append(f"strength: {m.n_refs} references and the MLP probe test; against a party that attacks the audit "
+                     f"with retrains of its own, the attack suite got none of its keepers certified at K = 5 with "
+                     f"this test, on the digits audits its level was chosen on (docs/audit.md, \"The MLP probe "
+                     f"test\"): where that is the threat, {REFERENCES_UNDER_ATTACK} or more references are the "
+                     f"stronger evidence (16 on digits-sized data)")
+    elif m.n_refs < REFERENCES_UNDER_ATTACK:
         lines.append(f"strength: {m.n_refs} references certify a method that forgets in good faith; against a party "
                      f"that attacks the audit with retrains of its own, the attack suite got a model that keeps the "
                      f"class certified with 5 references and none with {REFERENCES_UNDER_ATTACK} (docs/audit.md, "

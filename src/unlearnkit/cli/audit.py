@@ -108,6 +108,9 @@ def audit_command(
     joint_level: float = typer.Option(0.05, help="erased also needs the model not told apart from the "
                                                  "references over every informative statistic at once at this "
                                                  "level (the joint test, docs/audit.md)"),
+    mlp_probe: str = typer.Option("auto", help="the MLP probe test (erased also needs the forgotten class no easier "
+                                               "for a held-out MLP probe to find than in the references): auto (with "
+                                               "3 to 7 references), on, off"),
 ):
     """Did the unlearned model really forget? Verdict, evidence, per-layer numbers and plots.
 
@@ -124,7 +127,7 @@ def audit_command(
                          bn_recalibration=resurface, head_refit=resurface, head_relearn=resurface,
                          relearn=resurface, n_jobs=jobs, idi=idi, audit_seed=audit_seed, kept_margin=margin,
                          recovery_margin=recovery_margin, told_apart_level=told_apart_level,
-                         joint_level=joint_level)
+                         joint_level=joint_level, mlp_probe=mlp_probe)
     data = {"dataset": dataset, "data_dir": data_dir, "download": download, "data_seed": data_seed, "files": files,
             "train_references": train_references}
     return _audit([original, unlearned, *retrained], spec, data, model=model, layers=layer_list,

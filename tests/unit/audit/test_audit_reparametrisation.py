@@ -1,14 +1,14 @@
 """No function-preserving change of a model may move what decides (issues "The verdict can be fooled", 42).
 
-A model handed to the audit can be the original up to a reparametrisation that leaves every prediction
-unchanged: BatchNorm channels or hidden units multiplied by c > 0 and the next layer divided by c, units
-permuted, or a stage's channels mixed by an invertible matrix that the next layer undoes. Every number the
-verdict reads (each check's value on the unlearned model: the representation, relearning on canonical copies,
-the head checks, BatchNorm re-estimation, the outputs) and the verdict itself must be the same for a model and
-its copies rescaled by powers of two (exactly: the logits are bit-identical) and permuted (up to float
-rounding). Mixing units is undone by the Mahalanobis separability only: the kernel probes read standardised
-units and relearning reads canonical copies, neither of which a mixing of units leaves unchanged (said in
-docs/audit.md); its separability numbers must agree.
+A model handed to the audit can be the original up to a reparametrisation that leaves every prediction unchanged:
+BatchNorm channels or hidden units multiplied by c > 0 and the next layer divided by c, units permuted, or a
+stage's channels mixed by an invertible matrix that the next layer undoes. Every number the verdict reads (each
+check's value on the unlearned model: the representation, relearning on canonical copies, the head checks,
+BatchNorm re-estimation, the outputs, the MLP probe test's loss) and the verdict itself must be the same for a
+model and its copies rescaled by powers of two (exactly: the logits are bit-identical) and permuted (up to float
+rounding). Mixing units is undone by the Mahalanobis separability only: the kernel probes read standardised units
+and relearning reads canonical copies, neither of which a mixing of units leaves unchanged (said in docs/audit.md);
+its separability numbers must agree.
 """
 from __future__ import annotations
 
@@ -22,8 +22,13 @@ pytestmark = pytest.mark.heavy  # trains the audit references and runs whole aud
 
 
 def _numbers(rep) -> dict:
-    return {(c.measure.family, c.measure.name, c.measure.layer, c.measure.data): c.measure.unlearned
-            for c in rep.checks}
+    """Every deciding number of the audited model: each check's value and, where it ran (the other tests certified
+    the model), the MLP probe test's loss."""
+    got = {(c.measure.family, c.measure.name, c.measure.layer, c.measure.data): c.measure.unlearned
+           for c in rep.checks}
+    if rep.mlp_probe is not None:
+        got[("mlp_probe", "held-out log loss", rep.mlp_probe.layer, "train")] = rep.mlp_probe.value
+    return got
 
 
 def _close(a: float, b: float, rel: float) -> bool:
