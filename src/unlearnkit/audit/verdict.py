@@ -30,7 +30,9 @@ first that returns a :class:`Decision` wins:
 11. :func:`distinguishable`: every testable statistic certified, but some informative one (every testable
     statistic, and a few where the original is a little less far: :mod:`unlearnkit.metrics.equivalence`) lies
     beyond the references' prediction bound (Holm, the family's share of ``told_apart_level``, 0.05) by less than
-    its margin, or all of them together do (:mod:`unlearnkit.audit.joint`, at ``joint_level``, 0.05): told apart
+    its margin, or all of them together do (:mod:`unlearnkit.audit.joint`, at ``joint_level``, 0.05), or the MLP
+    probe test does (:mod:`unlearnkit.audit.probe_test`, at ``mlp_probe_level``, 0.2; read only where every other
+    rule would certify): told apart
     from retrains, so not ``erased`` (a genuine retrain reads so in at most ``told_apart_level`` of audits by the
     first when retrains' values are Gaussian, and in 4-11 % by the second, simulated).
 12. :func:`erased`: an intersection-union test: **every** testable statistic of every family, on both audit
