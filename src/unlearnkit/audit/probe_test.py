@@ -45,6 +45,7 @@ from .config import REFERENCES_UNDER_ATTACK
 from .context import AuditContext, ForwardPasses, Pending
 from .joint import MIN_REFERENCES, beyond_references
 
+
 @dataclass(frozen=True)
 class ProbeTest:
     """The MLP probe test's outcome: ``value`` (the audited model's held-out log loss, mean over ``seeds``),
