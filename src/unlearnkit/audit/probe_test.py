@@ -40,7 +40,7 @@ from functools import partial
 import numpy as np
 import torch
 
-from ..metrics.mlp_probe import heldout_log_loss
+from ..metrics.mlp_probe import FOLDS, heldout_log_loss
 from .config import REFERENCES_UNDER_ATTACK
 from .context import AuditContext, ForwardPasses, Pending
 from .joint import MIN_REFERENCES, beyond_references
@@ -107,6 +107,8 @@ def probe_jobs(passes: ForwardPasses, ctx: AuditContext) -> Pending | str:
     layer, seed = passes.penultimate, ctx.audit_seed
     outs = [passes.out_u, *passes.out_refs]
     n_f, n_r = len(outs[0]["train_forget"][layer]), len(outs[0]["train_retain"][layer])
+    if min(n_f, n_r) < FOLDS:  # a user's min_forget below 5 can let such a model reach erased
+        return f"fewer than {FOLDS} training rows of the forget set or of the rest ({n_f}, {n_r}) for its {FOLDS} folds"
     keep = torch.as_tensor(_rows(n_f, n_r, config.mlp_probe_max_retain, seed))
     y = np.concatenate([np.ones(n_f), np.zeros(len(keep))])
     seeds = probe_seeds(seed, config.mlp_probe_seeds)

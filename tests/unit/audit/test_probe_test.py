@@ -132,3 +132,20 @@ def test_it_runs_only_where_the_other_tests_certify_and_then_decides_again(monke
     assert why["mlp_probe"].startswith("not needed: the other tests read suppressed")
     again, d = with_probe_test(passes, ctx, measured, first, {})
     assert len(fitted) == 6 and again.probe.told_apart and d.verdict == "inconclusive"
+
+
+def test_too_few_forget_rows_for_its_folds_is_a_reason_not_an_error():
+    """With ``min_forget`` set below 5 a model can reach erased on 4 forget rows: the probe then says why it did not
+    run instead of failing inside its 5-fold split."""
+    import torch
+
+    from unlearnkit.audit.probe_test import probe_jobs
+
+    def out():
+        return {"train_forget": {"penultimate": torch.zeros(4, 2)}, "train_retain": {"penultimate": torch.zeros(50, 2)}}
+
+    passes = SimpleNamespace(refs=[None] * 5, penultimate="penultimate", out_u=out(),
+                             out_refs=[out() for _ in range(5)])
+    ctx = SimpleNamespace(config=AuditConfig(min_forget=2), sample_level=False, audit_seed=3)
+    why = probe_jobs(passes, ctx)
+    assert why == "fewer than 5 training rows of the forget set or of the rest (4, 50) for its 5 folds"
